@@ -1,0 +1,64 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// collectLoop refreshes the store-wide session and hold gauges. Every
+// arbiter exports the same values; aggregate them with max, not sum.
+func (a *Arbiter) collectLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := a.collect(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("metrics collection failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Arbiter) collect(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	counts := map[string]float64{}
+	key, end := sessionPrefix, clientv3.GetPrefixRangeEnd(sessionPrefix)
+	for {
+		resp, err := a.cli.Get(cctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		for _, kv := range resp.Kvs {
+			var r sessionRecord
+			if json.Unmarshal(kv.Value, &r) == nil {
+				counts[r.Namespace]++
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	a.metrics.Sessions.Reset()
+	for ns, n := range counts {
+		if ns == "" {
+			ns = "-"
+		}
+		a.metrics.Sessions.WithLabelValues(ns).Set(n)
+	}
+	for _, ns := range a.policy.Load().Classes.Namespaces() {
+		resp, err := a.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		a.metrics.Holds.WithLabelValues(ns).Set(float64(resp.Count))
+	}
+	return nil
+}

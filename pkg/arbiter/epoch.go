@@ -1,0 +1,242 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// epochRecord is the value of /sys/epoch.
+type epochRecord struct {
+	Epoch     uint32 `json:"epoch"`
+	ClusterID string `json:"clusterID"` // hex, so no JSON reader rounds it
+}
+
+// epochState is what the arbiter knows about the epoch. It is replaced
+// whole, never mutated.
+type epochState struct {
+	epoch     uint32
+	clusterID uint64 // the cluster the epoch was minted for
+	modRev    int64  // ModRevision of /sys/epoch, compared by every grant
+	store     uint64 // cluster ID in the latest response header
+	sealed    bool
+}
+
+// EpochStatus is the epoch as this arbiter sees it.
+type EpochStatus struct {
+	Epoch           uint32
+	RecordClusterID uint64
+	StoreClusterID  uint64
+	Sealed          bool
+	Revision        int64
+}
+
+func encodeEpoch(e uint32, cluster uint64) string {
+	b, _ := json.Marshal(epochRecord{Epoch: e, ClusterID: strconv.FormatUint(cluster, 16)})
+	return string(b)
+}
+
+func decodeEpoch(kv *mvccpb.KeyValue) (uint32, uint64, error) {
+	var r epochRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return 0, 0, fmt.Errorf("%w: epoch record: %v", ErrInternal, err)
+	}
+	id, err := strconv.ParseUint(r.ClusterID, 16, 64)
+	if err != nil || r.Epoch == 0 || r.Epoch > token.MaxEpoch {
+		return 0, 0, fmt.Errorf("%w: epoch record %q is malformed", ErrInternal, kv.Value)
+	}
+	return r.Epoch, id, nil
+}
+
+// initEpoch reads /sys/epoch, creating epoch 1 bound to the store's cluster
+// ID on first start.
+func (a *Arbiter) initEpoch(ctx context.Context) error {
+	for range 3 {
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Get(cctx, epochKey)
+		cancel()
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		if len(resp.Kvs) == 1 {
+			return a.applyEpoch(resp.Kvs[0], resp.Header)
+		}
+		cctx, cancel = a.callCtx(ctx)
+		_, err = a.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)).
+			Then(clientv3.OpPut(epochKey, encodeEpoch(1, resp.Header.ClusterId))).
+			Commit()
+		cancel()
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		a.log.Info("epoch created", "epoch", 1, "cluster_id", fmt.Sprintf("%x", resp.Header.ClusterId))
+	}
+	return fmt.Errorf("%w: could not create the epoch record", ErrInternal)
+}
+
+// applyEpoch installs the state read from the epoch key and a header.
+func (a *Arbiter) applyEpoch(kv *mvccpb.KeyValue, h *pb.ResponseHeader) error {
+	e, id, err := decodeEpoch(kv)
+	if err != nil {
+		return err
+	}
+	st := &epochState{epoch: e, clusterID: id, modRev: kv.ModRevision, store: h.ClusterId, sealed: id != h.ClusterId}
+	old := a.epoch.Swap(st)
+	a.metrics.setSealed(st.sealed, e)
+	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch {
+		a.log.Info("epoch state", "epoch", e, "record_cluster_id", fmt.Sprintf("%x", id),
+			"store_cluster_id", fmt.Sprintf("%x", h.ClusterId), "sealed", st.sealed)
+	}
+	return nil
+}
+
+// checkHeader compares a response's cluster ID with the epoch record's. On a
+// mismatch the arbiter seals; the caller must not hand out anything from
+// that response.
+func (a *Arbiter) checkHeader(h *pb.ResponseHeader) (*epochState, error) {
+	st := a.epoch.Load()
+	if h == nil || h.ClusterId == st.clusterID {
+		if st.sealed {
+			return st, ErrSealed
+		}
+		return st, nil
+	}
+	if !st.sealed || st.store != h.ClusterId {
+		sealed := *st
+		sealed.sealed, sealed.store = true, h.ClusterId
+		a.epoch.Store(&sealed)
+		a.metrics.setSealed(true, st.epoch)
+		a.log.Error("store cluster ID differs from the epoch record: sealed until the epoch advances",
+			"epoch", st.epoch, "record_cluster_id", fmt.Sprintf("%x", st.clusterID),
+			"store_cluster_id", fmt.Sprintf("%x", h.ClusterId))
+	}
+	return a.epoch.Load(), ErrSealed
+}
+
+func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
+	t := time.NewTicker(a.refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := a.reloadEpoch(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("epoch refresh failed", "err", err)
+		}
+	}
+}
+
+// reloadEpoch re-reads the epoch record (another arbiter may have advanced
+// it, or the store may have been swapped under us). It returns the store's
+// revision.
+func (a *Arbiter) reloadEpoch(ctx context.Context) (int64, error) {
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.cli.Get(cctx, epochKey)
+	if err != nil {
+		return 0, storeErr(ctx, err)
+	}
+	if len(resp.Kvs) != 1 {
+		return 0, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	}
+	return resp.Header.Revision, a.applyEpoch(resp.Kvs[0], resp.Header)
+}
+
+// Sealed reports whether the arbiter refuses grants because the store was
+// restored.
+func (a *Arbiter) Sealed() bool { return a.epoch.Load().sealed }
+
+// EpochStatus reads the epoch record and the store's cluster ID now.
+func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
+	rev, err := a.reloadEpoch(ctx)
+	if err != nil {
+		return EpochStatus{}, err
+	}
+	return a.epochStatus(rev), nil
+}
+
+func (a *Arbiter) epochStatus(rev int64) EpochStatus {
+	st := a.epoch.Load()
+	return EpochStatus{Epoch: st.epoch, RecordClusterID: st.clusterID, StoreClusterID: st.store,
+		Sealed: st.sealed, Revision: rev}
+}
+
+// AdvanceEpoch moves the epoch from `from` to from+1, bound to the store's
+// current cluster ID, and deletes every hold and queue key, in one
+// transaction. Every token granted afterwards is greater than every token
+// granted before, whatever revision the store restarted from.
+func (a *Arbiter) AdvanceEpoch(ctx context.Context, caller string, from uint32, reason string) (EpochStatus, int64, error) {
+	if !a.IsOperator(caller) {
+		return EpochStatus{}, 0, ErrNotOperator
+	}
+	if reason == "" {
+		return EpochStatus{}, 0, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	cur, err := a.cli.Get(cctx, epochKey)
+	if err != nil {
+		return EpochStatus{}, 0, storeErr(ctx, err)
+	}
+	if len(cur.Kvs) != 1 {
+		return EpochStatus{}, 0, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	}
+	e, _, err := decodeEpoch(cur.Kvs[0])
+	if err != nil {
+		return EpochStatus{}, 0, err
+	}
+	if e != from {
+		return EpochStatus{}, 0, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, from)
+	}
+	if e >= token.MaxEpoch {
+		return EpochStatus{}, 0, fmt.Errorf("%w: epoch %d is the last one", ErrEpochExhausted, e)
+	}
+	newID := cur.Header.ClusterId
+	resp, err := a.cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision)).
+		Then(
+			clientv3.OpPut(epochKey, encodeEpoch(e+1, newID)),
+			clientv3.OpDelete(holdPrefix, clientv3.WithPrefix()),
+			clientv3.OpDelete(queuePrefix, clientv3.WithPrefix()),
+		).Commit()
+	if err != nil {
+		return EpochStatus{}, 0, storeErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return EpochStatus{}, 0, fmt.Errorf("%w: the epoch record changed during the advance", ErrEpochMoved)
+	}
+	if resp.Header.ClusterId != newID {
+		return EpochStatus{}, 0, fmt.Errorf("%w: the store's cluster ID changed during the advance", ErrEpochMoved)
+	}
+	deleted := resp.Responses[1].GetResponseDeleteRange().Deleted
+	a.log.Warn("epoch advanced", "caller", caller, "from", e, "to", e+1,
+		"cluster_id", fmt.Sprintf("%x", newID), "holds_deleted", deleted, "reason", reason)
+	rev, err := a.reloadEpoch(ctx)
+	if err != nil {
+		return EpochStatus{}, deleted, err
+	}
+	return a.epochStatus(rev), deleted, nil
+}
+
+// Ready reports whether the arbiter can grant: etcd answers and the store is
+// not sealed.
+func (a *Arbiter) Ready(ctx context.Context) error {
+	if _, err := a.reloadEpoch(ctx); err != nil {
+		return err
+	}
+	if a.Sealed() {
+		return ErrSealed
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package arbiter
+
+import "errors"
+
+// Sentinel errors. The gRPC boundary maps each to one status code; messages
+// never carry a token.
+var (
+	// ErrSealed: the store's cluster ID differs from the one the epoch was
+	// minted for (a restored store). Every grant is refused until an operator
+	// advances the epoch.
+	ErrSealed = errors.New("arbiter: sealed: epoch advance required")
+	// ErrUnavailable: etcd did not answer within the request deadline. No
+	// grant is ever made from memory.
+	ErrUnavailable = errors.New("arbiter: store unavailable")
+	// ErrHeld: the key is held by another session and the wait deadline
+	// passed (or no wait was asked for).
+	ErrHeld = errors.New("arbiter: key held by another session; wait deadline passed")
+	// ErrLeak: the key is held by the caller's own identity under another
+	// session. That is a leaked hold, not contention.
+	ErrLeak = errors.New("arbiter: leak: key already held by this identity under another session")
+	// ErrStaleToken: a release presented a token that is not the current
+	// hold's (released, expired or re-granted since).
+	ErrStaleToken = errors.New("arbiter: stale token: the key is not held with this token by this session")
+	// ErrSessionNotFound: the session does not exist, has expired, or belongs
+	// to another identity.
+	ErrSessionNotFound = errors.New("arbiter: session not found or expired; open a new session")
+	// ErrSessionTTL: the session's TTL is not the class TTL.
+	ErrSessionTTL = errors.New("arbiter: session TTL does not match the class TTL")
+	// ErrInvalid: a request field breaks a rule; the message names it.
+	ErrInvalid = errors.New("arbiter: invalid argument")
+	// ErrNotOperator: the call needs an operator identity.
+	ErrNotOperator = errors.New("arbiter: operator identity required")
+	// ErrEpochMoved: the epoch is not the one the operator expected.
+	ErrEpochMoved = errors.New("arbiter: epoch is not the expected one")
+	// ErrEpochExhausted: the epoch cannot advance past token.MaxEpoch.
+	ErrEpochExhausted = errors.New("arbiter: epoch exhausted")
+	// ErrInternal: the store returned something lockd cannot interpret.
+	ErrInternal = errors.New("arbiter: internal error")
+)

@@ -1,0 +1,125 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockd-dev/lockd/pkg/authz"
+)
+
+// Metrics are the arbiter's Prometheus metrics. Labels come only from the
+// bounded set namespace, class, tier, cluster and code; never a key or token.
+type Metrics struct {
+	grants            *prometheus.CounterVec
+	acquires          *prometheus.CounterVec
+	grantLatency      *prometheus.HistogramVec
+	waits             *prometheus.CounterVec
+	leaks             *prometheus.CounterVec
+	sessionsOpened    *prometheus.CounterVec
+	keepAliveFailures prometheus.Counter
+	sealed            prometheus.Gauge
+	epoch             prometheus.Gauge
+	// ClassReloadFailures counts class sets rejected on reload.
+	ClassReloadFailures prometheus.Counter
+	// Sessions and Holds are store-wide gauges refreshed by a collector.
+	Sessions *prometheus.GaugeVec
+	Holds    *prometheus.GaugeVec
+	// ExpiriesWithoutRelease counts holds that ended by session expiry.
+	ExpiriesWithoutRelease *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics with reg (a private registry if nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_grants_total", Help: "Holds granted."}, []string{"namespace", "class"}),
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_acquires_total", Help: "Acquire calls by outcome (gRPC code)."}, []string{"namespace", "class", "code"}),
+		grantLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lockd_grant_latency_seconds", Help: "Time from Acquire to grant, including waiting.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .04, .08, .16, .32, .64, 1.28, 2.56, 5.12, 10.24, 30}},
+			[]string{"namespace", "class"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_waits_total", Help: "Acquires that queued behind a holder."}, []string{"namespace", "class"}),
+		leaks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_leaks_total", Help: "Grants refused because the same identity holds the key under another session."},
+			[]string{"namespace", "class"}),
+		sessionsOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_sessions_opened_total", Help: "Sessions opened here."}, []string{"namespace"}),
+		keepAliveFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockd_keepalive_failures_total", Help: "Keepalives answered with an expired session."}),
+		sealed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockd_sealed", Help: "1 when the store was restored and grants are refused until the epoch advances."}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "lockd_epoch", Help: "The current epoch."}),
+		ClassReloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockd_class_reload_failures_total", Help: "Class sets rejected on reload; the last good set keeps serving."}),
+		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockd_sessions", Help: "Open sessions in the store, by the namespace of their identity."}, []string{"namespace"}),
+		Holds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockd_holds", Help: "Holds in the store."}, []string{"namespace"}),
+		ExpiriesWithoutRelease: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_expiries_without_release_total", Help: "Sessions opened here that ended by expiry rather than close."},
+			[]string{"namespace"}),
+	}
+	reg.MustRegister(m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
+	return m
+}
+
+func (m *Metrics) setSealed(sealed bool, epoch uint32) {
+	if sealed {
+		m.sealed.Set(1)
+	} else {
+		m.sealed.Set(0)
+	}
+	m.epoch.Set(float64(epoch))
+}
+
+func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {
+	m.acquires.WithLabelValues(ns, cls, Code(err).String()).Inc()
+	if err == nil {
+		m.grants.WithLabelValues(ns, cls).Inc()
+		m.grantLatency.WithLabelValues(ns, cls).Observe(d.Seconds())
+	}
+}
+
+// Code is the gRPC code for an arbiter error; the server boundary uses the
+// same mapping.
+func Code(err error) codes.Code {
+	switch {
+	case err == nil:
+		return codes.OK
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, ErrHeld), errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, ErrInvalid):
+		return codes.InvalidArgument
+	case errors.Is(err, ErrSealed), errors.Is(err, ErrStaleToken), errors.Is(err, ErrSessionTTL),
+		errors.Is(err, ErrEpochMoved), errors.Is(err, ErrEpochExhausted):
+		return codes.FailedPrecondition
+	case errors.Is(err, ErrLeak):
+		return codes.AlreadyExists
+	case errors.Is(err, ErrSessionNotFound):
+		return codes.NotFound
+	case errors.Is(err, ErrNotOperator), isDenied(err):
+		return codes.PermissionDenied
+	case errors.Is(err, ErrUnavailable):
+		return codes.Unavailable
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+func isDenied(err error) bool { return errors.Is(err, authz.ErrDenied) }

@@ -1,0 +1,343 @@
+package arbiter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// Waiter states, guarded by Arbiter.qmu.
+const (
+	waiting = iota
+	granted // handed the key by a release; the result is in done
+	gone    // left the queue
+)
+
+type waitResult struct {
+	grant Grant
+	err   error
+}
+
+// waiter is one Acquire waiting in a key's queue.
+type waiter struct {
+	identity string
+	session  int64
+	class    string
+	wake     chan struct{}   // cap 1: "you may be head, try"
+	done     chan waitResult // cap 1: set by a handoff
+	state    int
+}
+
+// queue is the in-memory FIFO of waiters for one key on this arbiter.
+// Arrival order is kept on this arbiter only and is lost if it restarts.
+type queue struct {
+	hk string
+	// op serialises grant attempts and handoffs for the key on this arbiter,
+	// so the head waiter's own attempt and a release's handoff never race.
+	op          chanMutex
+	waiters     []*waiter // guarded by Arbiter.qmu
+	cancelWatch context.CancelFunc
+}
+
+// chanMutex is a mutex that can be given up on when a context ends.
+type chanMutex chan struct{}
+
+func (m chanMutex) lock(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m chanMutex) unlock() { <-m }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// busy reports whether waiters are queued for key here; a newcomer then
+// queues behind them instead of trying first.
+func (a *Arbiter) busy(key string) bool {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q := a.queues[key]
+	return q != nil && len(q.waiters) > 0
+}
+
+// enqueue appends w to key's queue, creating the queue and its watch (from
+// the revision after fromRev, the failed attempt's) when needed. A waiter
+// that becomes head without having just tried is told to try.
+func (a *Arbiter) enqueue(key string, w *waiter, fromRev int64, tried bool) {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q := a.queues[key]
+	if q == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		q = &queue{hk: holdKey(key), op: make(chanMutex, 1), cancelWatch: cancel}
+		a.queues[key] = q
+		rev := int64(0)
+		if fromRev > 0 {
+			rev = fromRev + 1
+		}
+		go a.watchQueue(ctx, key, q, rev)
+	}
+	q.waiters = append(q.waiters, w)
+	if len(q.waiters) == 1 && !tried {
+		signal(w.wake)
+	}
+}
+
+// leave removes w from key's queue. Caller holds a.qmu. When w was head and
+// promoteNext is set, the new head is told to try.
+func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
+	q := a.queues[key]
+	if q == nil {
+		return
+	}
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			if i == 0 && promoteNext && len(q.waiters) > 0 {
+				signal(q.waiters[0].wake)
+			}
+			break
+		}
+	}
+	w.state = gone
+	if len(q.waiters) == 0 {
+		delete(a.queues, key)
+		q.cancelWatch()
+	}
+}
+
+// head returns key's queue if w is at its head and still waiting.
+func (a *Arbiter) head(key string, w *waiter) *queue {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q := a.queues[key]
+	if q == nil || w.state != waiting || len(q.waiters) == 0 || q.waiters[0] != w {
+		return nil
+	}
+	return q
+}
+
+// wakeHead tells key's head waiter to try (the key was just released here).
+func (a *Arbiter) wakeHead(key string) {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	if q := a.queues[key]; q != nil && len(q.waiters) > 0 {
+		signal(q.waiters[0].wake)
+	}
+}
+
+// QueueLen is the number of waiters queued for key on this arbiter.
+func (a *Arbiter) QueueLen(key string) int {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	if q := a.queues[key]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
+func (a *Arbiter) jitter() time.Duration {
+	return a.poll/2 + rand.N(a.poll)
+}
+
+// wait keeps w in line until it is granted (by its own transaction or a
+// handoff), its deadline passes, or ctx ends. Only the head tries; it tries
+// on a watch hint, a local release, or a poll tick. Every grant is a full
+// transaction.
+func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk string, deadline time.Time) (Grant, error) {
+	dl := time.NewTimer(time.Until(deadline))
+	defer dl.Stop()
+	poll := time.NewTimer(a.jitter())
+	defer poll.Stop()
+	for {
+		select {
+		case r := <-w.done:
+			return r.grant, r.err
+		case <-w.wake:
+		case <-poll.C:
+			poll.Reset(a.jitter())
+		case <-dl.C:
+			return a.giveUp(ctx, req, w, ErrHeld)
+		case <-ctx.Done():
+			return a.giveUp(ctx, req, w, ctx.Err())
+		}
+		q := a.head(req.Key, w)
+		if q == nil {
+			continue
+		}
+		if err := q.op.lock(ctx); err != nil {
+			return a.giveUp(ctx, req, w, err)
+		}
+		g, finished, err := a.headAttempt(ctx, req, w, q, hk)
+		q.op.unlock()
+		if finished {
+			return g, err
+		}
+	}
+}
+
+// headAttempt is the head waiter's grant transaction, run under q.op.
+func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter, q *queue, hk string) (Grant, bool, error) {
+	if a.head(req.Key, w) != q {
+		// A handoff got here first; the result is in w.done.
+		return Grant{}, false, nil
+	}
+	val, at := a.encodeHold(req.Identity, req.Session, w.class)
+	att, err := a.tryGrant(ctx, hk, val, req.Session, at)
+	if err == nil && att.granted {
+		a.qmu.Lock()
+		a.leave(req.Key, w, false)
+		a.qmu.Unlock()
+		return att.grant, true, nil
+	}
+	if err == nil {
+		var mine bool
+		var g Grant
+		if g, mine, err = a.classify(att, req.Identity, req.Session); !mine && err == nil {
+			return Grant{}, false, nil // still held: keep waiting
+		}
+		if mine {
+			a.qmu.Lock()
+			a.leave(req.Key, w, false)
+			a.qmu.Unlock()
+			return g, true, nil
+		}
+	}
+	a.qmu.Lock()
+	a.leave(req.Key, w, true)
+	a.qmu.Unlock()
+	return Grant{}, true, a.sessionGone(req.Session, err)
+}
+
+// giveUp leaves the queue with err, unless a handoff already granted the
+// key: then the grant is returned if the caller is still there, and released
+// if not.
+func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err error) (Grant, error) {
+	a.qmu.Lock()
+	if w.state == waiting {
+		a.leave(req.Key, w, true)
+		a.qmu.Unlock()
+		return Grant{}, err
+	}
+	a.qmu.Unlock()
+	r := <-w.done
+	if r.err != nil || ctx.Err() == nil {
+		return r.grant, r.err
+	}
+	// The caller is gone: do not leave a hold nobody knows about.
+	rctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	if _, rerr := a.Release(rctx, req.Identity, req.Session, req.Key, r.grant.Token); rerr != nil {
+		a.log.Warn("could not release a grant whose caller left", "session", req.Session, "err", rerr)
+	}
+	return Grant{}, err
+}
+
+// handoff, when a waiter is queued here for key, releases the hold matching
+// cmp and puts the head waiter's hold in the same transaction. done is false
+// when there was nobody to hand to.
+func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released bool, err error) {
+	a.qmu.Lock()
+	q := a.queues[key]
+	a.qmu.Unlock()
+	if q == nil {
+		return false, false, nil
+	}
+	if err := q.op.lock(ctx); err != nil {
+		return true, false, err
+	}
+	defer q.op.unlock()
+	for {
+		a.qmu.Lock()
+		var w *waiter
+		if len(q.waiters) > 0 && q.waiters[0].state == waiting && a.queues[key] == q {
+			w = q.waiters[0]
+		}
+		a.qmu.Unlock()
+		if w == nil {
+			return false, false, nil
+		}
+		val, at := a.encodeHold(w.identity, w.session, w.class)
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Txn(cctx).If(cmp...).
+			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
+			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
+		cancel()
+		if err != nil {
+			if isLeaseNotFound(err) {
+				// The waiter's session is gone: it cannot hold; next.
+				a.qmu.Lock()
+				a.leave(key, w, false)
+				a.qmu.Unlock()
+				w.done <- waitResult{err: a.sessionGone(w.session, ErrSessionNotFound)}
+				continue
+			}
+			return true, false, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil {
+			return true, false, err
+		}
+		if !resp.Succeeded {
+			retry, err := a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
+			if retry {
+				return false, false, nil // the caller re-reads the epoch and tries again
+			}
+			return true, false, err
+		}
+		g := Grant{Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}
+		if g.Token, err = token.Pack(st.epoch, resp.Header.Revision); err != nil {
+			return true, false, fmt.Errorf("%w: %v", ErrInternal, err)
+		}
+		a.qmu.Lock()
+		a.leave(key, w, false)
+		w.state = granted
+		a.qmu.Unlock()
+		w.done <- waitResult{grant: g}
+		return true, true, nil
+	}
+}
+
+// watchQueue turns deletes of the key into hints for the head waiter, from
+// revision rev on. On compaction or any stream error it hints (the head
+// re-tries its transaction) and watches again from the current revision.
+func (a *Arbiter) watchQueue(ctx context.Context, key string, q *queue, rev int64) {
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithFilterPut()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		for resp := range a.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
+			if resp.CompactRevision != 0 || resp.Err() != nil {
+				break
+			}
+			if len(resp.Events) > 0 {
+				a.wakeHead(key)
+			}
+			rev = resp.Header.Revision + 1
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		rev = 0
+		a.wakeHead(key)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

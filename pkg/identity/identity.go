@@ -1,0 +1,230 @@
+// Package identity establishes who is calling lockd: it builds the mutual
+// TLS configurations for server and client and extracts the caller's SPIFFE
+// ID from a gRPC request context.
+//
+// Authentication here only proves that the caller holds a certificate
+// issued by the configured CA and carrying a SPIFFE ID; it does not check
+// the trust domain or decide what the caller may do. Authorisation is the
+// caller's job.
+package identity
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// Sentinel errors returned (wrapped) by this package. Use errors.Is to test
+// for them.
+var (
+	// ErrUnauthenticated reports that no identity could be established for
+	// a request. The wrapping error carries a short reason.
+	ErrUnauthenticated = errors.New("identity: unauthenticated")
+	// ErrNotLoopback reports a listen address refused by CheckLoopback.
+	ErrNotLoopback = errors.New("identity: --insecure-loopback refuses non-loopback address")
+	// ErrTLSConfig reports unusable certificate, key or CA files.
+	ErrTLSConfig = errors.New("identity: bad TLS configuration")
+)
+
+// InsecureIdentityHeader is the gRPC metadata key from which an Extractor
+// in insecure mode takes the caller's SPIFFE ID. The value is asserted by
+// the client and not verified in any way.
+const InsecureIdentityHeader = "x-lockd-insecure-identity"
+
+// ServerTLS returns a server TLS configuration that requires TLS 1.3 and a
+// client certificate verifying against the CA certificates in clientCAFile
+// (PEM). certFile and keyFile are the server's PEM certificate and key.
+//
+// Every certificate chaining to clientCAFile with ExtKeyUsage ClientAuth is
+// accepted, whatever its SPIFFE ID or trust domain; use FromContext or
+// Extractor and authorise the returned ID.
+func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: load key pair %s: %w", ErrTLSConfig, certFile, err)
+	}
+	pool, err := loadPool(clientCAFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}, nil
+}
+
+// ClientTLS returns a client TLS configuration (TLS 1.3 minimum) that trusts
+// the CA certificates in caFile (PEM) and presents the certificate in
+// certFile/keyFile. If both certFile and keyFile are empty no client
+// certificate is presented, which a ServerTLS server refuses.
+//
+// serverName overrides the name checked against the server certificate; if
+// empty, gRPC uses the host of the dial target.
+func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	pool, err := loadPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		RootCAs:    pool,
+		ServerName: serverName,
+	}
+	switch {
+	case certFile == "" && keyFile == "":
+	case certFile == "" || keyFile == "":
+		return nil, fmt.Errorf("%w: client certificate and key must be given together", ErrTLSConfig)
+	default:
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: load key pair %s: %w", ErrTLSConfig, certFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func loadPool(caFile string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read CA file: %w", ErrTLSConfig, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: no PEM certificates in %s", ErrTLSConfig, caFile)
+	}
+	return pool, nil
+}
+
+// FromContext returns the SPIFFE ID of the caller of a gRPC server handler,
+// taken from the leaf of the first verified TLS client chain. It relies on
+// the server's TLS configuration (see ServerTLS) having verified the chain;
+// it never verifies certificates itself. Errors wrap ErrUnauthenticated.
+func FromContext(ctx context.Context) (spiffeid.ID, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return spiffeid.ID{}, fmt.Errorf("%w: no peer in context", ErrUnauthenticated)
+	}
+	var info credentials.TLSInfo
+	switch ai := p.AuthInfo.(type) {
+	case credentials.TLSInfo:
+		info = ai
+	case *credentials.TLSInfo:
+		if ai == nil {
+			return spiffeid.ID{}, fmt.Errorf("%w: connection is not TLS", ErrUnauthenticated)
+		}
+		info = *ai
+	default:
+		return spiffeid.ID{}, fmt.Errorf("%w: connection is not TLS", ErrUnauthenticated)
+	}
+	chains := info.State.VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return spiffeid.ID{}, fmt.Errorf("%w: no verified client certificate", ErrUnauthenticated)
+	}
+	id, err := x509svid.IDFromCert(chains[0][0])
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("%w: no SPIFFE ID in client certificate: %w", ErrUnauthenticated, err)
+	}
+	return id, nil
+}
+
+// Extractor establishes the caller identity for gRPC server handlers.
+// The zero value uses mutual TLS (FromContext).
+type Extractor struct {
+	// Insecure makes Identity trust the InsecureIdentityHeader metadata
+	// sent by the client instead of a certificate. Any local process can
+	// then claim any identity: it must only be enabled for tests, with a
+	// listener checked by CheckLoopback. Identity additionally refuses
+	// requests whose peer address is not a loopback IP.
+	Insecure bool
+}
+
+// Identity returns the caller's SPIFFE ID. With Insecure unset it is
+// FromContext; with Insecure set it parses the single InsecureIdentityHeader
+// value and requires a loopback TCP peer. Errors wrap ErrUnauthenticated.
+func (e Extractor) Identity(ctx context.Context) (spiffeid.ID, error) {
+	if !e.Insecure {
+		return FromContext(ctx)
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return spiffeid.ID{}, fmt.Errorf("%w: no peer address in context", ErrUnauthenticated)
+	}
+	if !isLoopbackAddr(p.Addr) {
+		return spiffeid.ID{}, fmt.Errorf("%w: insecure identity from non-loopback peer %q", ErrUnauthenticated, p.Addr.String())
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(InsecureIdentityHeader)
+	switch len(vals) {
+	case 0:
+		return spiffeid.ID{}, fmt.Errorf("%w: missing %s header", ErrUnauthenticated, InsecureIdentityHeader)
+	case 1:
+	default:
+		return spiffeid.ID{}, fmt.Errorf("%w: multiple %s headers", ErrUnauthenticated, InsecureIdentityHeader)
+	}
+	id, err := spiffeid.FromString(vals[0])
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("%w: bad %s header: %w", ErrUnauthenticated, InsecureIdentityHeader, err)
+	}
+	return id, nil
+}
+
+func isLoopbackAddr(a net.Addr) bool {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.IsLoopback()
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
+}
+
+// CheckLoopback returns an error wrapping ErrNotLoopback unless listenAddr
+// ("host:port") has a loopback IP host (127.0.0.0/8, ::1) or the host
+// "localhost". An empty host (":7420"), which listens on all interfaces, is
+// refused. "localhost" is trusted by name; a resolver that maps it to a
+// non-loopback address defeats this check.
+func CheckLoopback(listenAddr string) error {
+	host, _, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return fmt.Errorf("%w %q: %w", ErrNotLoopback, listenAddr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w %q", ErrNotLoopback, listenAddr)
+}
+
+// InsecurePerRPC returns client credentials that send id in the
+// InsecureIdentityHeader metadata of every call, over plaintext. Only for
+// tests against a server using Extractor{Insecure: true}; the server takes
+// the value on trust.
+func InsecurePerRPC(id string) credentials.PerRPCCredentials {
+	return insecureIdentity(id)
+}
+
+type insecureIdentity string
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (i insecureIdentity) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{InsecureIdentityHeader: string(i)}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials; it
+// reports false so the credentials work over plaintext connections.
+func (insecureIdentity) RequireTransportSecurity() bool { return false }

@@ -1,0 +1,359 @@
+// Package server is lockd's gRPC and HTTP boundary: it authenticates the
+// caller, calls the arbiter and maps its errors to gRPC status codes in one
+// place.
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lockd-dev/lockd/pkg/arbiter"
+	"github.com/lockd-dev/lockd/pkg/class"
+	"github.com/lockd-dev/lockd/pkg/identity"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// Server implements lock.v1 LockService and AdminService.
+type Server struct {
+	lockv1.UnsafeLockServiceServer
+	lockv1.UnsafeAdminServiceServer
+
+	arb    *arbiter.Arbiter
+	ids    identity.Extractor
+	log    *slog.Logger
+	health *health.Server
+}
+
+// New returns a server for arb. ids says how callers are identified.
+func New(arb *arbiter.Arbiter, ids identity.Extractor, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{arb: arb, ids: ids, log: log, health: health.NewServer()}
+}
+
+// Register adds the lock.v1 services, gRPC health and reflection to g.
+func (s *Server) Register(g *grpc.Server) {
+	lockv1.RegisterLockServiceServer(g, s)
+	lockv1.RegisterAdminServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Shutdown marks the health service as not serving.
+func (s *Server) Shutdown() { s.health.Shutdown() }
+
+// toStatus maps an error to a gRPC status: the one place domain errors meet
+// gRPC codes. Messages never contain a token.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isDomain(err) {
+		return err
+	}
+	return status.Error(arbiter.Code(err), err.Error())
+}
+
+func isDomain(err error) bool {
+	return arbiter.Code(err) != codes.Internal || errors.Is(err, arbiter.ErrInternal)
+}
+
+func (s *Server) caller(ctx context.Context) (string, error) {
+	id, err := s.ids.Identity(ctx)
+	if err != nil {
+		return "", status.Error(codes.Unauthenticated, err.Error())
+	}
+	return id.String(), nil
+}
+
+// OpenSession implements lock.v1.
+func (s *Server) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetTtl() == nil {
+		return nil, status.Error(codes.InvalidArgument, "arbiter: invalid argument: ttl: required")
+	}
+	ttl := req.GetTtl().AsDuration()
+	sid, err := s.arb.OpenSession(ctx, id, ttl)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.OpenSessionResponse{SessionId: sid, Ttl: durationpb.New(ttl)}, nil
+}
+
+// CloseSession implements lock.v1.
+func (s *Server) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.arb.CloseSession(ctx, id, req.GetSessionId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.CloseSessionResponse{}, nil
+}
+
+// KeepAlive implements lock.v1: one etcd keepalive per request, answered in
+// order; a session that is gone is answered with TTL zero.
+func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	ctx := stream.Context()
+	id, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	ka, err := s.arb.OpenKeepAlive(ctx, id)
+	if err != nil {
+		return toStatus(err)
+	}
+	defer ka.Close()
+	var sendMu sync.Mutex
+	send := func(sid int64, ttl time.Duration) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(&lockv1.KeepAliveResponse{SessionId: sid, Ttl: durationpb.New(ttl)})
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			sid, ttl, err := ka.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if err := send(sid, ttl); err != nil {
+				recvErr <- err
+				return
+			}
+		}
+	}()
+	reqs := make(chan *lockv1.KeepAliveRequest)
+	clientErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				clientErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case err := <-recvErr:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return toStatus(err)
+		case err := <-clientErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			if err := ka.Send(ctx, req.GetSessionId()); err != nil {
+				if errors.Is(err, arbiter.ErrSessionNotFound) {
+					if err := send(req.GetSessionId(), 0); err != nil {
+						return err
+					}
+					continue
+				}
+				return toStatus(err)
+			}
+		}
+	}
+}
+
+// DescribeClass implements lock.v1. A caller sees classes of namespaces it
+// has grants in; others get the same PermissionDenied as an absent one.
+func (s *Server) DescribeClass(ctx context.Context, req *lockv1.DescribeClassRequest) (*lockv1.DescribeClassResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.arb.DescribeClass(id, req.GetNamespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.DescribeClassResponse{Class: ClassProto(c)}, nil
+}
+
+// ClassProto converts a class to its wire form.
+func ClassProto(c *class.Class) *lockv1.LockClass {
+	return &lockv1.LockClass{
+		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(c.Enforcement),
+		Ttl: durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
+		Fairness: string(c.Fairness), Resource: c.Resource,
+	}
+}
+
+// Acquire implements lock.v1.
+func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.arb.Acquire(ctx, arbiter.AcquireRequest{
+		Identity: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
+		Wait: req.GetWait().AsDuration(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.AcquireResponse{
+		Token:      &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
+		AcquiredAt: timestamppb.New(g.AcquiredAt),
+	}, nil
+}
+
+// Release implements lock.v1.
+func (s *Server) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	released, err := s.arb.Release(ctx, id, req.GetSessionId(), req.GetKey(), req.GetToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ReleaseResponse{Released: released}, nil
+}
+
+func holdProto(h arbiter.HoldInfo) *lockv1.Hold {
+	out := &lockv1.Hold{
+		Key: h.Key, Holder: h.Holder, SessionId: h.Session, Class: h.Class,
+		AcquiredAt: timestamppb.New(h.AcquiredAt), Age: durationpb.New(h.Age), Waiters: int32(h.Waiters),
+	}
+	if h.Token != 0 {
+		out.Token = &lockv1.Token{Value: h.Token, Epoch: h.Epoch, Revision: h.Revision}
+	}
+	return out
+}
+
+// Inspect implements lock.v1.
+func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h, held, err := s.arb.Inspect(ctx, id, req.GetKey())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.InspectResponse{Held: held, Waiters: int32(h.Waiters)}
+	if held {
+		resp.Hold = holdProto(h)
+	}
+	return resp, nil
+}
+
+// ListHolds implements lock.v1.
+func (s *Server) ListHolds(ctx context.Context, req *lockv1.ListHoldsRequest) (*lockv1.ListHoldsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hs, truncated, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.ListHoldsResponse{Truncated: truncated}
+	for _, h := range hs {
+		resp.Holds = append(resp.Holds, holdProto(h))
+	}
+	return resp, nil
+}
+
+// ListSessions implements lock.v1.
+func (s *Server) ListSessions(ctx context.Context, _ *lockv1.ListSessionsRequest) (*lockv1.ListSessionsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := s.arb.ListSessions(ctx, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.ListSessionsResponse{}
+	for _, x := range ss {
+		p := &lockv1.Session{SessionId: x.ID, Identity: x.Identity, Ttl: durationpb.New(x.TTL),
+			Holds: int32(x.Holds), OpenedAt: timestamppb.New(x.OpenedAt), Remaining: durationpb.New(x.Remaining)}
+		if !x.LastKeepAlive.IsZero() {
+			p.LastKeepalive = timestamppb.New(x.LastKeepAlive)
+		}
+		resp.Sessions = append(resp.Sessions, p)
+	}
+	return resp, nil
+}
+
+// EpochStatus implements lock.v1 AdminService.
+func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) (*lockv1.EpochStatusResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	st, err := s.arb.EpochStatus(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.EpochStatusResponse{Epoch: st.Epoch, RecordClusterId: st.RecordClusterID,
+		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision}, nil
+}
+
+// AdvanceEpoch implements lock.v1 AdminService. Operators only.
+func (s *Server) AdvanceEpoch(ctx context.Context, req *lockv1.AdvanceEpochRequest) (*lockv1.AdvanceEpochResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, deleted, err := s.arb.AdvanceEpoch(ctx, id, req.GetFromEpoch(), req.GetReason())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.AdvanceEpochResponse{Epoch: st.Epoch, ClusterId: st.RecordClusterID, HoldsDeleted: deleted}, nil
+}
+
+// HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the
+// arbiter is sealed or etcd does not answer, and says which.
+func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.arb.Ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
