@@ -1,0 +1,358 @@
+package arbiter_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	"github.com/lockd-dev/lockd/pkg/token"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// TestMain doubles as a lock holder process for the SIGKILL test.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("LOCKD_TEST_HOLDER_ADDR"); addr != "" {
+		os.Exit(holder(addr, os.Getenv("LOCKD_TEST_HOLDER_KEY")))
+	}
+	os.Exit(m.Run())
+}
+
+func holder(addr, key string) int {
+	c, err := client.New(client.WithTarget(addr), client.WithInsecureIdentity(lockdtest.Alice))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	l, err := c.Acquire(context.Background(), key, "fast", func(*client.Lock) {})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Printf("held %d\n", l.Token())
+	select {}
+}
+
+func openSession(t *testing.T, lc lockv1.LockServiceClient, ttl time.Duration) int64 {
+	t.Helper()
+	resp, err := lc.OpenSession(t.Context(), &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	return resp.GetSessionId()
+}
+
+func acquire(ctx context.Context, lc lockv1.LockServiceClient, sid int64, key, class string, wait time.Duration) (*lockv1.AcquireResponse, error) {
+	return lc.Acquire(ctx, &lockv1.AcquireRequest{SessionId: sid, Key: key, Class: class, Wait: durationpb.New(wait)})
+}
+
+func TestTokensIncreaseAndEqualEpochAndModRevision(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	lc, _ := env.Raw(t, lockdtest.Alice)
+	sid := openSession(t, lc, 15*time.Second)
+	var prev uint64
+	for i := range 1000 {
+		resp, err := acquire(t.Context(), lc, sid, "t/tokens", "std", 0)
+		if err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		tok := resp.GetToken()
+		if tok.GetValue() <= prev {
+			t.Fatalf("grant %d: token %d not greater than previous %d", i, tok.GetValue(), prev)
+		}
+		prev = tok.GetValue()
+		got, err := env.Backend.Client.Get(t.Context(), "/l/t/tokens")
+		if err != nil || len(got.Kvs) != 1 {
+			t.Fatalf("read hold: %v %v", err, got)
+		}
+		want, _ := token.Pack(tok.GetEpoch(), got.Kvs[0].ModRevision)
+		if tok.GetValue() != want || tok.GetEpoch() != 1 || tok.GetRevision() != got.Kvs[0].ModRevision {
+			t.Fatalf("grant %d: token %d (epoch %d rev %d), want epoch 1 | ModRevision %d = %d",
+				i, tok.GetValue(), tok.GetEpoch(), tok.GetRevision(), got.Kvs[0].ModRevision, want)
+		}
+		if i%7 == 0 { // other writes leave gaps; gaps carry no meaning
+			if _, err := acquire(t.Context(), lc, sid, fmt.Sprintf("t/other/%d", i), "std", 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := lc.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sid, Key: "t/tokens", Token: tok.GetValue()}); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+}
+
+func TestContendedKeyNoOverlapArrivalOrder(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	const n = 32
+	const key = "t/hot"
+	first, _ := env.Raw(t, lockdtest.Alice)
+	fsid := openSession(t, first, 15*time.Second)
+	held, err := acquire(t.Context(), first, fsid, key, "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside atomic.Int32
+	var mu sync.Mutex
+	var order []int
+	var tokens []uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		lc, _ := env.Raw(t, lockdtest.Worker(i))
+		sid := openSession(t, lc, 15*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := acquire(t.Context(), lc, sid, key, "std", 60*time.Second)
+			if err != nil {
+				errs <- fmt.Errorf("worker %d: %w", i, err)
+				return
+			}
+			if v := inside.Add(1); v != 1 {
+				errs <- fmt.Errorf("worker %d: %d holders at once", i, v)
+			}
+			mu.Lock()
+			order = append(order, i)
+			tokens = append(tokens, resp.GetToken().GetValue())
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			inside.Add(-1)
+			if _, err := lc.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sid, Key: key, Token: resp.GetToken().GetValue()}); err != nil {
+				errs <- fmt.Errorf("worker %d release: %w", i, err)
+			}
+		}()
+		// Arrival order: the next worker starts only once this one is queued.
+		deadline := time.Now().Add(10 * time.Second)
+		for env.Arbiter.QueueLen(key) != i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d never queued (queue %d)", i, env.Arbiter.QueueLen(key))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if _, err := first.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: fsid, Key: key, Token: held.GetToken().GetValue()}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range order {
+		if order[i] != i {
+			t.Fatalf("grant order %v, want arrival order 0..%d", order, n-1)
+		}
+		if i > 0 && tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d of grant %d not greater than %d", tokens[i], i, tokens[i-1])
+		}
+	}
+	if len(order) != n {
+		t.Fatalf("%d grants, want %d", len(order), n)
+	}
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func TestLeakIsDistinctFromContention(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := lockdtest.Start(t, lockdtest.Options{Registry: reg})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	bob, _ := env.Raw(t, lockdtest.Bob)
+	s1 := openSession(t, alice, 15*time.Second)
+	s2 := openSession(t, alice, 15*time.Second)
+	sb := openSession(t, bob, 15*time.Second)
+	if _, err := acquire(t.Context(), alice, s1, "t/leak", "std", 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := acquire(t.Context(), alice, s2, "t/leak", "std", time.Second)
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "leak") {
+		t.Fatalf("same identity, other session: %v; want AlreadyExists leak", err)
+	}
+	_, err = acquire(t.Context(), bob, sb, "t/leak", "std", 0)
+	if status.Code(err) != codes.DeadlineExceeded || strings.Contains(err.Error(), "leak") {
+		t.Fatalf("other identity: %v; want DeadlineExceeded contention", err)
+	}
+	if got := metricValue(t, reg, "lockd_leaks_total"); got != 1 {
+		t.Fatalf("lockd_leaks_total = %v, want 1", got)
+	}
+	// The same session re-acquiring gets its own hold back (idempotent).
+	a, err := acquire(t.Context(), alice, s1, "t/leak", "std", 0)
+	if err != nil {
+		t.Fatalf("re-acquire by the holding session: %v", err)
+	}
+	b, _ := env.Backend.Client.Get(t.Context(), "/l/t/leak")
+	if a.GetToken().GetRevision() != b.Kvs[0].ModRevision {
+		t.Fatalf("re-acquire token revision %d, hold ModRevision %d", a.GetToken().GetRevision(), b.Kvs[0].ModRevision)
+	}
+}
+
+func TestReleaseComparesSessionAndToken(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	bob, _ := env.Raw(t, lockdtest.Bob)
+	sa := openSession(t, alice, 15*time.Second)
+	sb := openSession(t, bob, 15*time.Second)
+	first, err := acquire(t.Context(), alice, sa, "t/stale", "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := func(lc lockv1.LockServiceClient, sid int64, tok uint64) (*lockv1.ReleaseResponse, error) {
+		return lc.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sid, Key: "t/stale", Token: tok})
+	}
+	if r, err := rel(alice, sa, first.GetToken().GetValue()); err != nil || !r.GetReleased() {
+		t.Fatalf("release: %v %v", r, err)
+	}
+	if r, err := rel(alice, sa, first.GetToken().GetValue()); err != nil || r.GetReleased() {
+		t.Fatalf("second release must be harmless: %v %v", r, err)
+	}
+	second, err := acquire(t.Context(), bob, sb, "t/stale", "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel(alice, sa, first.GetToken().GetValue()); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("stale token release: %v, want FailedPrecondition", err)
+	}
+	if _, err := rel(alice, sa, second.GetToken().GetValue()); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("release of another session's hold: %v, want FailedPrecondition", err)
+	}
+	if _, err := rel(alice, sb, second.GetToken().GetValue()); status.Code(err) != codes.NotFound {
+		t.Fatalf("release through a session of another identity: %v, want NotFound", err)
+	}
+	if got, _ := env.Backend.Client.Get(t.Context(), "/l/t/stale"); len(got.Kvs) != 1 {
+		t.Fatal("bob's hold was released by a refused call")
+	}
+}
+
+func TestBadInputsAreInvalidArgumentNamingTheRule(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	s15 := openSession(t, alice, 15*time.Second)
+	tests := []struct {
+		name, key, class string
+		code             codes.Code
+		want             string
+	}{
+		{"dot-dot segment", "t/a/../b", "std", codes.InvalidArgument, ".."},
+		{"empty segment", "t//b", "std", codes.InvalidArgument, "empty"},
+		{"bad character", "t/a b", "std", codes.InvalidArgument, "character"},
+		{"no path", "t", "std", codes.InvalidArgument, "segment"},
+		{"too long", "t/" + strings.Repeat("x", 600), "std", codes.InvalidArgument, "512"},
+		{"unknown class", "t/a", "nope", codes.InvalidArgument, `no class "nope"`},
+		{"class of another namespace", "t/a", "other/std", codes.InvalidArgument, "must match the key's namespace"},
+		{"session ttl is not the class ttl", "t/a", "fast", codes.FailedPrecondition, "ttl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := acquire(t.Context(), alice, s15, tt.key, tt.class, 0)
+			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.want) {
+				t.Fatalf("Acquire(%q, %q) = %v; want %s naming %q", tt.key, tt.class, err, tt.code, tt.want)
+			}
+		})
+	}
+	for _, ttl := range []time.Duration{2 * time.Second, 301 * time.Second, 1500 * time.Millisecond} {
+		_, err := alice.OpenSession(t.Context(), &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ttl: must be whole seconds between 5s and 5m0s") {
+			t.Fatalf("OpenSession(%s) = %v; want InvalidArgument naming the ttl rule", ttl, err)
+		}
+	}
+}
+
+func TestDenialsAreIdentical(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	carol, _ := env.Raw(t, lockdtest.Carol)
+	sa := openSession(t, alice, 15*time.Second)
+	sc := openSession(t, carol, 15*time.Second)
+	if _, err := acquire(t.Context(), alice, sa, "t/held", "std", 0); err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for _, key := range []string{"t/held", "t/not-held", "absent/x", "other/x", "t/carol-not/x"} {
+		_, err := acquire(t.Context(), carol, sc, key, "std", 0)
+		st := status.Convert(err)
+		if st.Code() != codes.PermissionDenied {
+			t.Fatalf("%s: %v, want PermissionDenied", key, err)
+		}
+		b, _ := proto.Marshal(st.Proto())
+		if first == nil {
+			first = b
+		} else if string(b) != string(first) {
+			t.Fatalf("%s: denial %q differs from the first denial", key, st.Message())
+		}
+	}
+	if _, err := acquire(t.Context(), carol, sc, "t/carol/x", "std", 0); err != nil {
+		t.Fatalf("inside carol's grant: %v", err)
+	}
+}
+
+func TestKilledClientFreesHoldsAfterTTL(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	const key = "t/killed"
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LOCKD_TEST_HOLDER_ADDR="+env.Addr, "LOCKD_TEST_HOLDER_KEY="+key)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "held ") {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	heldTok, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "held ")), 10, 64)
+	time.Sleep(2 * time.Second) // a few keepalives go through
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	bob := env.Client(t, lockdtest.Bob) // keeps its own session alive while it waits
+	l, err := bob.Acquire(t.Context(), key, "fast", func(*client.Lock) {}, client.Wait(20*time.Second))
+	if err != nil {
+		t.Fatalf("acquire after the holder was killed: %v", err)
+	}
+	waited := time.Since(killed)
+	if l.Token() <= heldTok {
+		t.Fatalf("new token %d not greater than the killed holder's %d", l.Token(), heldTok)
+	}
+	// The last keepalive was at most TTL/3 before the kill, so the hold
+	// must have outlived the kill by at least TTL − TTL/3.
+	if waited < 5*time.Second-5*time.Second/3 {
+		t.Fatalf("hold freed %s after the kill: before its TTL", waited)
+	}
+	t.Logf("hold freed %s after SIGKILL (TTL 5s)", waited.Round(time.Millisecond))
+}

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/lockd-dev/lockd/pkg/identity"
+)
+
+// ErrConfig reports a missing or malformed lockctl config.
+var ErrConfig = errors.New("client: config")
+
+// Config is a lockctl config file: contexts, like kubectl's.
+type Config struct {
+	// CurrentContext names the context used when none is given.
+	CurrentContext string `json:"current-context"`
+	// Contexts are the servers this config knows.
+	Contexts []Context `json:"contexts"`
+}
+
+// Context is one lockd endpoint and the credentials to reach it.
+type Context struct {
+	// Name of the context.
+	Name string `json:"name"`
+	// Server is host:port of lockd's gRPC listener.
+	Server string `json:"server"`
+	// CA, Cert and Key are PEM files: the CA that signed lockd's serving
+	// certificate, and the caller's X.509 SVID and key.
+	CA   string `json:"ca,omitempty"`
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
+	// InsecureIdentity, for a lockd started with --insecure-loopback (tests
+	// only), is the SPIFFE ID to claim over plaintext.
+	InsecureIdentity string `json:"insecure-identity,omitempty"`
+}
+
+// LoadConfig reads a config file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	base := filepath.Dir(path)
+	for i := range c.Contexts {
+		for _, p := range []*string{&c.Contexts[i].CA, &c.Contexts[i].Cert, &c.Contexts[i].Key} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(base, *p)
+			}
+		}
+	}
+	return &c, nil
+}
+
+// Context returns the named context, or the current one when name is empty.
+func (c *Config) Context(name string) (*Context, error) {
+	if name == "" {
+		name = c.CurrentContext
+	}
+	for i := range c.Contexts {
+		if c.Contexts[i].Name == name {
+			return &c.Contexts[i], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no context %q (current-context %q)", ErrConfig, name, c.CurrentContext)
+}
+
+// WithContext dials the context's server with its credentials.
+func WithContext(cx *Context) Option {
+	return func(o *options) error {
+		if cx.Server == "" {
+			return fmt.Errorf("%w: context %q: server: required", ErrConfig, cx.Name)
+		}
+		o.target = cx.Server
+		if cx.InsecureIdentity != "" {
+			o.insecureID = cx.InsecureIdentity
+			return nil
+		}
+		tlsCfg, err := identity.ClientTLS(cx.CA, cx.Cert, cx.Key, "")
+		if err != nil {
+			return fmt.Errorf("%w: context %q: %w", ErrConfig, cx.Name, err)
+		}
+		o.tls = tlsCfg
+		return nil
+	}
+}

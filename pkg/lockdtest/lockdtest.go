@@ -1,0 +1,253 @@
+// Package lockdtest runs a real lockd for tests: an embedded etcd in a temp
+// dir (or a given backend), the arbiter and the gRPC server on a loopback
+// port in insecure-loopback mode, so tests pick identities per client.
+package lockdtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/lockd-dev/lockd/pkg/arbiter"
+	"github.com/lockd-dev/lockd/pkg/class"
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/pkg/server"
+	"github.com/lockd-dev/lockd/pkg/store"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// Test identities granted by Classes.
+const (
+	Alice    = "spiffe://test.local/alice"    // t/
+	Bob      = "spiffe://test.local/bob"      // t/
+	Carol    = "spiffe://test.local/carol"    // t/carol/ only
+	Operator = "spiffe://test.local/operator" // operator, no grants
+)
+
+// Classes is the test class set: namespace t with a 5s fenced class "fast"
+// and a 15s class "std"; namespace other.
+var Classes = map[string]string{
+	"t/classes.yaml": `apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: fast, namespace: t}
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: 5s
+  tier: entity
+  resource: test-db
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: std, namespace: t}
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: 15s
+  tier: entity
+  resource: test-db
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockGrant
+metadata: {name: alice, namespace: t}
+spec:
+  spiffeID: ` + Alice + `
+  prefixes: ["t/"]
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockGrant
+metadata: {name: bob, namespace: t}
+spec:
+  spiffeID: ` + Bob + `
+  prefixes: ["t/"]
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockGrant
+metadata: {name: carol, namespace: t}
+spec:
+  spiffeID: ` + Carol + `
+  prefixes: ["t/carol/"]
+`,
+	"other/classes.yaml": `apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: std, namespace: other}
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: 15s
+  tier: entity
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockGrant
+metadata: {name: other, namespace: other}
+spec:
+  spiffeID: spiffe://test.local/other
+  prefixes: ["other/"]
+`,
+}
+
+// Worker returns the i-th worker identity (0..63), each granted t/.
+func Worker(i int) string { return fmt.Sprintf("spiffe://test.local/w%d", i) }
+
+func init() {
+	var b strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&b, "---\napiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata: {name: w%d, namespace: t}\nspec:\n  spiffeID: %s\n  prefixes: [\"t/\"]\n", i, Worker(i))
+	}
+	Classes["t/workers.yaml"] = strings.TrimPrefix(b.String(), "---\n")
+}
+
+// WriteClasses writes Classes under dir.
+func WriteClasses(t testing.TB, dir string) {
+	t.Helper()
+	for name, body := range Classes {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Options configures Start.
+type Options struct {
+	// Backend to use; nil starts an embedded etcd in a temp dir.
+	Backend *store.Backend
+	// DataDir for the embedded etcd (a temp dir when empty).
+	DataDir string
+	// RequestTimeout for the arbiter (default 5s).
+	RequestTimeout time.Duration
+	// PollInterval for waiters (default 1s).
+	PollInterval time.Duration
+	// Registry receives the arbiter's metrics (a private one when nil).
+	Registry *prometheus.Registry
+}
+
+// Env is a running lockd.
+type Env struct {
+	Backend *store.Backend
+	Arbiter *arbiter.Arbiter
+	Addr    string
+	DataDir string
+	Server  *server.Server
+	g       *grpc.Server
+	stop    sync.Once
+}
+
+// Stop stops the gRPC server and the arbiter (not the backend).
+func (e *Env) Stop() {
+	e.stop.Do(func() {
+		e.g.Stop()
+		e.Arbiter.Close()
+	})
+}
+
+// StartEmbedded starts an embedded etcd in dir; the caller closes it.
+func StartEmbedded(t testing.TB, dir string) *store.Backend {
+	t.Helper()
+	b, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientURL: "http://" + FreeAddr(t), PeerURL: "http://" + FreeAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// FreeAddr returns a free loopback host:port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Start runs lockd for the test; it stops at cleanup.
+func Start(t testing.TB, o Options) *Env {
+	t.Helper()
+	classes := t.TempDir()
+	WriteClasses(t, classes)
+	set, err := class.LoadDir(classes, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{Backend: o.Backend, DataDir: o.DataDir}
+	if e.Backend == nil {
+		if e.DataDir == "" {
+			e.DataDir = t.TempDir()
+		}
+		e.Backend = StartEmbedded(t, e.DataDir)
+		t.Cleanup(e.Backend.Close)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	arb, err := arbiter.New(arbiter.Config{
+		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator},
+		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg),
+	}, arbiter.NewPolicy(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := arb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Arbiter = arb
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Addr = l.Addr().String()
+	e.g = grpc.NewServer()
+	e.Server = server.New(arb, identity.Extractor{Insecure: true}, nil)
+	e.Server.Register(e.g)
+	go func() { _ = e.g.Serve(l) }()
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// Client returns a pkg/client Client claiming id, closed at cleanup.
+func (e *Env) Client(t testing.TB, id string, opts ...client.Option) *client.Client {
+	t.Helper()
+	return ClientAt(t, e.Addr, id, opts...)
+}
+
+// ClientAt returns a Client for a lockd at addr claiming id.
+func ClientAt(t testing.TB, addr, id string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(append([]client.Option{client.WithTarget(addr), client.WithInsecureIdentity(id)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Raw returns raw lock.v1 clients claiming id.
+func (e *Env) Raw(t testing.TB, id string) (lockv1.LockServiceClient, lockv1.AdminServiceClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(e.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(identity.InsecurePerRPC(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return lockv1.NewLockServiceClient(conn), lockv1.NewAdminServiceClient(conn)
+}
