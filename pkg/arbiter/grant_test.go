@@ -356,3 +356,7 @@ func TestKilledClientFreesHoldsAfterTTL(t *testing.T) {
 	}
 	t.Logf("hold freed %s after SIGKILL (TTL 5s)", waited.Round(time.Millisecond))
 }
+
+func openReq(ttl time.Duration) *lockv1.OpenSessionRequest {
+	return &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)}
+}

@@ -6,11 +6,11 @@ package lockdtest
 import (
 	"context"
 	"fmt"
-	"strings"
-	"sync"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 

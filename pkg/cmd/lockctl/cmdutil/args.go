@@ -1,0 +1,27 @@
+package cmdutil
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// ExactArgs is cobra.ExactArgs returning a usage error that names what is
+// missing.
+func ExactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) < n:
+			return FlagErrorf("%s: missing %s", cmd.CommandPath(), what)
+		case len(args) > n:
+			return FlagErrorf("%s: unexpected argument %q (takes %s)", cmd.CommandPath(), args[n], what)
+		}
+		return nil
+	}
+}
+
+// NoArgs refuses positional arguments with a usage error.
+func NoArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return FlagErrorf("%s: unexpected argument %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package cmdutil
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// FlagError is a usage error: bad flags or arguments. It exits 2.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
+
+// FlagErrorf returns a usage error.
+func FlagErrorf(format string, args ...any) error {
+	return &FlagError{Err: fmt.Errorf(format, args...)}
+}
+
+// ErrCancel reports that the user declined a confirmation.
+var ErrCancel = errors.New("cancelled")
+
+// Describe renders err for a human: a gRPC status becomes its message
+// (not "rpc error: code = … desc = …") followed by what to do about it.
+// Messages from lockd never contain a token.
+func Describe(err error, target string) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	msg := st.Message()
+	var hint string
+	switch st.Code() {
+	case codes.Unavailable:
+		if target != "" {
+			hint = fmt.Sprintf("lockd at %s is unreachable or its store is down: check that lockd is running and ready (/readyz)", target)
+		} else {
+			hint = "lockd is unreachable or its store is down: check that lockd is running and ready (/readyz)"
+		}
+	case codes.FailedPrecondition:
+		if strings.Contains(msg, "sealed") {
+			hint = "the store was restored: an operator must run `lockctl epoch status` and then `lockctl epoch advance`"
+		}
+	case codes.PermissionDenied:
+		hint = "your identity has no grant for this key or operation: check the LockGrant for its namespace"
+	case codes.Unauthenticated:
+		hint = "lockd did not accept your credentials: check the context's cert and key (lockctl --context)"
+	case codes.DeadlineExceeded:
+		hint = "not granted in time: raise --wait, or `lockctl inspect <key>` to see who holds it"
+	}
+	if hint == "" {
+		return msg
+	}
+	return msg + "\n" + hint
+}

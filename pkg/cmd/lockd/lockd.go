@@ -1,0 +1,214 @@
+// Package lockdcmd is the lockd command: the gRPC lock arbiter on etcd, and
+// the dev-cert helper that issues development client certificates.
+//
+// Main returns an exit code; only package main calls os.Exit.
+package lockdcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Exit codes returned by Main.
+const (
+	// ExitOK means lockd ran and stopped cleanly.
+	ExitOK = 0
+	// ExitError means lockd failed at start-up or while serving.
+	ExitError = 1
+	// ExitUsage means the command line or a LOCKD_* variable is wrong.
+	ExitUsage = 2
+)
+
+// envPrefix prefixes the environment form of every root flag.
+const envPrefix = "LOCKD_"
+
+// envAnnotation marks a flag that may also be set from the environment.
+const envAnnotation = "lockd_env"
+
+// Main runs lockd with os.Args and returns the exit code. SIGINT and SIGTERM
+// stop the server gracefully; a second signal kills the process.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling: a second signal terminates
+	}()
+	return execute(ctx, os.Args[1:], os.Stdout, os.Stderr, os.LookupEnv, run)
+}
+
+// runFunc runs the server; tests substitute it to check flag parsing.
+type runFunc func(ctx context.Context, opts *Options) error
+
+// execute runs the command line args and maps the outcome to an exit code.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer,
+	lookupEnv func(string) (string, bool), runF runFunc) int {
+	started := false
+	root := newRootCmd(stdout, stderr, lookupEnv, runF, &started)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) || !started {
+		// Errors before a RunE started come from cobra's own parsing:
+		// unknown flags or commands, missing required flags.
+		fmt.Fprintf(stderr, "lockd: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		return ExitUsage
+	}
+	fmt.Fprintf(stderr, "lockd: %v\n", err)
+	return ExitError
+}
+
+// EnvName returns the environment variable for a flag: LOCKD_ and the flag
+// name upper-cased with '-' as '_', e.g. LOCKD_DATA_DIR for --data-dir.
+func EnvName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool), runF runFunc, started *bool) *cobra.Command {
+	opts := DefaultOptions()
+	opts.LogOutput = stderr
+
+	cmd := &cobra.Command{
+		Use:   "lockd [flags]",
+		Short: "Serve fenced locks over gRPC, arbitrated on etcd",
+		Long: `lockd is a lock service. It grants holds on keys to callers identified by
+their SPIFFE ID (mutual TLS), arbitrated on etcd, and fences every grant with
+a token that increases across grants and store restores.
+
+Without --etcd-endpoints lockd starts an embedded single-member etcd in
+<data-dir>/etcd. Without --tls-cert/--tls-key/--tls-client-ca it creates a
+development PKI in <data-dir>/pki (a CA, a server certificate and a client
+SVID for ` + DevSPIFFEID + `) and, in embedded mode, writes
+<data-dir>/lockctl.yaml so lockctl can connect at once. The dev PKI is for
+development only: its CA key sits unencrypted on disk.
+
+Lock classes are read from --classes and reloaded when files change; an
+invalid change is rejected and the last good set keeps serving.
+
+Every flag can also be set with an environment variable: LOCKD_ followed by
+the flag name in upper case with '-' as '_' (LOCKD_DATA_DIR for --data-dir).
+A flag given on the command line wins over the variable. List flags take a
+comma-separated value.
+
+/metrics, /healthz and /readyz are served over plain HTTP on --metrics-listen.
+SIGINT or SIGTERM stops lockd gracefully.`,
+		Example: `  # Development: embedded etcd, dev PKI and ./classes, state in ./.lockd
+  lockd
+
+  # Issue a client certificate for another identity from the dev CA
+  lockd dev-cert spiffe://lockd.local/payments/worker --out ./worker-svid
+
+  # Production: an external etcd cluster and your own certificates
+  lockd --etcd-endpoints https://etcd-0:2379,https://etcd-1:2379,https://etcd-2:2379 \
+    --etcd-ca /etc/lockd/etcd-ca.crt --etcd-cert /etc/lockd/etcd.crt --etcd-key /etc/lockd/etcd.key \
+    --tls-cert /etc/lockd/tls.crt --tls-key /etc/lockd/tls.key --tls-client-ca /etc/lockd/clients-ca.crt \
+    --listen 0.0.0.0:7420 --metrics-listen 0.0.0.0:7421 --classes /etc/lockd/classes \
+    --operators spiffe://example.org/ops/oncall
+
+  # The same settings from the environment
+  LOCKD_LISTEN=0.0.0.0:7420 LOCKD_LOG_FORMAT=text lockd
+
+  # Tests only: plaintext gRPC, the caller's identity taken from a header
+  lockd --insecure-loopback --listen 127.0.0.1:7420`,
+		Args:          usageArgs(cobra.NoArgs),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags(), lookupEnv)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range []string{"etcd-client-url", "etcd-peer-url"} {
+				if cmd.Flags().Changed(name) && len(opts.EtcdEndpoints) > 0 {
+					return usagef("--%s: configures the embedded etcd and cannot be combined with --etcd-endpoints", name)
+				}
+			}
+			*started = true
+			return runF(cmd.Context(), &opts)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&opts.DataDir, "data-dir", opts.DataDir, "directory for the embedded etcd, the dev PKI (pki/) and lockctl.yaml")
+	pf.StringVar(&opts.LogLevel, "log-level", opts.LogLevel, "log level: "+strings.Join(logLevels, "|"))
+	pf.StringVar(&opts.LogFormat, "log-format", opts.LogFormat, "log format, one line per event: "+strings.Join(logFormats, "|"))
+
+	f := cmd.Flags()
+	f.StringVar(&opts.Listen, "listen", opts.Listen, "gRPC listen address (host:port)")
+	f.StringVar(&opts.MetricsListen, "metrics-listen", opts.MetricsListen, "HTTP listen address for /metrics, /healthz and /readyz")
+	f.StringVar(&opts.ClassesDir, "classes", opts.ClassesDir, "lock class directory, reloaded on change")
+	f.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints, comma-separated (empty: start an embedded etcd in <data-dir>/etcd)")
+	f.StringVar(&opts.EtcdCA, "etcd-ca", "", "CA certificate (PEM) to verify the external etcd cluster")
+	f.StringVar(&opts.EtcdCert, "etcd-cert", "", "client certificate (PEM) for the external etcd cluster")
+	f.StringVar(&opts.EtcdKey, "etcd-key", "", "client key (PEM) for the external etcd cluster")
+	f.StringVar(&opts.EtcdClientURL, "etcd-client-url", opts.EtcdClientURL, "embedded etcd client URL (for etcdctl; lockd talks to the member in-process)")
+	f.StringVar(&opts.EtcdPeerURL, "etcd-peer-url", opts.EtcdPeerURL, "embedded etcd peer URL")
+	f.StringVar(&opts.TLSCert, "tls-cert", "", "server certificate (PEM); with --tls-key and --tls-client-ca, replaces the dev PKI")
+	f.StringVar(&opts.TLSKey, "tls-key", "", "server private key (PEM)")
+	f.StringVar(&opts.TLSClientCA, "tls-client-ca", "", "CA certificates (PEM) that client SVIDs must chain to")
+	f.BoolVar(&opts.InsecureLoopback, "insecure-loopback", false, "TESTS ONLY: plaintext gRPC, caller identity taken unverified from a header; --listen must be loopback")
+	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
+	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
+
+	for _, fs := range []*pflag.FlagSet{pf, f} {
+		fs.VisitAll(func(fl *pflag.Flag) {
+			env := EnvName(fl.Name)
+			fl.Usage += " [$" + env + "]"
+			_ = fs.SetAnnotation(fl.Name, envAnnotation, []string{env})
+		})
+	}
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(logFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.MarkFlagDirname("classes")
+	_ = cmd.MarkPersistentFlagDirname("data-dir")
+
+	cmd.AddCommand(newDevCertCmd(&opts, stdout, started))
+	return cmd
+}
+
+// applyEnv sets every flag annotated with an environment variable from that
+// variable, unless the flag was given on the command line.
+func applyEnv(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(fl *pflag.Flag) {
+		names := fl.Annotations[envAnnotation]
+		if len(names) == 0 || fl.Changed {
+			return
+		}
+		v, ok := lookupEnv(names[0])
+		if !ok {
+			return
+		}
+		if err := fs.Set(fl.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: invalid value for --%s: %w", names[0], v, fl.Name, err))
+		}
+	})
+	if len(errs) > 0 {
+		return &usageError{err: errors.Join(errs...)}
+	}
+	return nil
+}
+
+// usageArgs marks positional-argument errors as usage errors.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &usageError{err: err}
+		}
+		return nil
+	}
+}

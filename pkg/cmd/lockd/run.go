@@ -1,0 +1,327 @@
+package lockdcmd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/lockd-dev/lockd/pkg/arbiter"
+	"github.com/lockd-dev/lockd/pkg/class"
+	"github.com/lockd-dev/lockd/pkg/devpki"
+	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/pkg/server"
+	"github.com/lockd-dev/lockd/pkg/store"
+)
+
+// Shutdown and start-up bounds.
+const (
+	gracefulStopTimeout = 5 * time.Second
+	httpShutdownTimeout = 5 * time.Second
+	arbiterStartTimeout = 30 * time.Second
+	keepaliveMinTime    = 5 * time.Second
+)
+
+// run serves until ctx is cancelled (a clean stop, nil error), a listener
+// fails or the embedded etcd reports an error. Invalid options return a
+// *usageError before anything is started.
+func run(ctx context.Context, opts *Options) (err error) {
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	logger := newLogger(opts)
+
+	dataDir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir %q: %w", opts.DataDir, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := arbiter.NewMetrics(reg)
+
+	watcher, err := class.NewWatcher(opts.ClassesDir, opts.Now, logger.With("component", "classes"),
+		func(error) { metrics.ClassReloadFailures.Inc() })
+	if err != nil {
+		return fmt.Errorf("load classes from --classes %s: %w", opts.ClassesDir, err)
+	}
+	defer func() { _ = watcher.Close() }()
+
+	tlsCfg, bundle, tlsMode, err := serverTLS(opts, dataDir, logger)
+	if err != nil {
+		return err
+	}
+
+	backend, mode, err := openStore(opts, dataDir)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+
+	arb, err := arbiter.New(arbiter.Config{
+		Client:         backend.Client,
+		Leases:         backend.Leases,
+		Operators:      opts.Operators,
+		Logger:         logger.With("component", "arbiter"),
+		Now:            opts.Now,
+		RequestTimeout: opts.RequestTimeout,
+		Metrics:        metrics,
+	}, arbiter.NewPolicy(watcher.Current()))
+	if err != nil {
+		return err
+	}
+	startCtx, cancelStart := context.WithTimeout(ctx, arbiterStartTimeout)
+	err = arb.Start(startCtx)
+	cancelStart()
+	if err != nil {
+		return fmt.Errorf("start arbiter: %w", err)
+	}
+	defer arb.Close()
+
+	// Always apply the watcher's current set, under a lock, so a reload
+	// racing with registration cannot leave an older set in place.
+	var policyMu sync.Mutex
+	applyPolicy := func() {
+		policyMu.Lock()
+		defer policyMu.Unlock()
+		arb.SetPolicy(arbiter.NewPolicy(watcher.Current()))
+	}
+	watcher.OnChange(func(*class.Set) { applyPolicy() })
+	applyPolicy()
+
+	grpcLis, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", opts.MetricsListen)
+	if err != nil {
+		_ = grpcLis.Close()
+		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+
+	gopts := []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+	}
+	if tlsCfg != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	g := grpc.NewServer(gopts...)
+	srv := server.New(arb, identity.Extractor{Insecure: opts.InsecureLoopback}, logger.With("component", "server"))
+	srv.Register(g)
+	hs := &http.Server{
+		Handler:           srv.HTTPHandler(reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+	}
+
+	serveErr := make(chan error, 2)
+	go func() {
+		if err := g.Serve(grpcLis); err != nil {
+			serveErr <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("HTTP server: %w", err)
+		}
+	}()
+	defer func() {
+		srv.Shutdown()
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(gracefulStopTimeout):
+			logger.Warn("gRPC graceful stop timed out; closing remaining streams", "timeout", gracefulStopTimeout)
+			g.Stop()
+			<-stopped
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			_ = hs.Close()
+		}
+		logger.Info("lockd stopped")
+	}()
+
+	lockctlPath := ""
+	if mode == "embedded" && bundle != nil {
+		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
+		wrote, err := writeLockctlConfig(lockctlPath, lockctlConfig{
+			CurrentContext: "dev",
+			Contexts: []lockctlContext{{
+				Name:   "dev",
+				Server: dialAddr(grpcLis.Addr()),
+				CA:     bundle.CACert,
+				Cert:   bundle.ClientCert,
+				Key:    bundle.ClientKey,
+			}},
+		})
+		if err != nil {
+			return err
+		}
+		if wrote {
+			logger.Info("wrote lockctl config", "path", lockctlPath)
+		}
+	}
+
+	ready := []any{
+		"listen", grpcLis.Addr().String(),
+		"metrics_listen", httpLis.Addr().String(),
+		"mode", mode,
+		"tls", tlsMode,
+		"classes", len(watcher.Current().Classes()),
+	}
+	if mode == "embedded" {
+		ready = append(ready, "etcd_client_url", opts.EtcdClientURL)
+	} else {
+		ready = append(ready, "etcd_endpoints", opts.EtcdEndpoints)
+	}
+	if st, err := arb.EpochStatus(ctx); err != nil {
+		ready = append(ready, "epoch_error", err.Error())
+	} else {
+		ready = append(ready, "epoch", st.Epoch, "sealed", st.Sealed,
+			"cluster_id", fmt.Sprintf("%x", st.StoreClusterID))
+		if st.Sealed {
+			logger.Warn("store was restored: grants are refused until an operator advances the epoch",
+				"epoch", st.Epoch, "record_cluster_id", fmt.Sprintf("%x", st.RecordClusterID),
+				"store_cluster_id", fmt.Sprintf("%x", st.StoreClusterID))
+		}
+	}
+	ready = append(ready, "lockctl_config", lockctlPath)
+	logger.Info("lockd ready", ready...)
+
+	var etcdErr <-chan error
+	if backend.Embedded != nil {
+		etcdErr = backend.Embedded.Err()
+	}
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "reason", context.Cause(ctx).Error())
+		return nil
+	case err := <-serveErr:
+		logger.Error("shutting down", "error", err.Error())
+		return err
+	case err, ok := <-etcdErr:
+		if !ok || err == nil {
+			err = errors.New("stopped")
+		}
+		logger.Error("shutting down: embedded etcd failed", "error", err.Error())
+		return fmt.Errorf("embedded etcd: %w", err)
+	}
+}
+
+// newLogger builds the slog logger the options ask for; they are validated.
+func newLogger(opts *Options) *slog.Logger {
+	w := opts.LogOutput
+	if w == nil {
+		w = io.Discard
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(opts.LogLevel))
+	ho := &slog.HandlerOptions{Level: level}
+	if opts.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, ho))
+	}
+	return slog.New(slog.NewJSONHandler(w, ho))
+}
+
+// serverTLS returns the gRPC server TLS configuration (nil for
+// --insecure-loopback), the dev PKI bundle when one is used, and a word for
+// the log.
+func serverTLS(opts *Options, dataDir string, logger *slog.Logger) (*tls.Config, *devpki.Bundle, string, error) {
+	switch {
+	case opts.InsecureLoopback:
+		logger.Warn("INSECURE: --insecure-loopback is set: gRPC is plaintext and callers are identified by the " +
+			"unverified " + identity.InsecureIdentityHeader + " header, so any local process can claim any identity. " +
+			"Use it for tests only.")
+		return nil, nil, "insecure-loopback", nil
+	case opts.devPKI():
+		pkiDir := filepath.Join(dataDir, "pki")
+		b, err := devpki.Ensure(pkiDir, devHosts(opts.Listen), DevSPIFFEID, opts.now())
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("dev PKI in %s: %w", pkiDir, err)
+		}
+		cfg, err := identity.ServerTLS(b.ServerCert, b.ServerKey, b.CACert)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("dev PKI in %s: %w", pkiDir, err)
+		}
+		logger.Warn("using the development PKI: its CA key is unencrypted on disk; pass --tls-cert, --tls-key and --tls-client-ca in production",
+			"pki_dir", pkiDir, "dev_identity", DevSPIFFEID)
+		return cfg, b, "dev-pki", nil
+	default:
+		cfg, err := identity.ServerTLS(opts.TLSCert, opts.TLSKey, opts.TLSClientCA)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+		}
+		return cfg, nil, "mtls", nil
+	}
+}
+
+// devHosts are the names the dev server certificate is valid for: the
+// --listen host (unless it is a wildcard) plus localhost and 127.0.0.1.
+func devHosts(listen string) []string {
+	hosts := []string{"localhost", "127.0.0.1"}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" {
+		return hosts
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return hosts
+	}
+	return append([]string{host}, hosts...)
+}
+
+// dialAddr is the address a local client dials to reach a listener: a
+// wildcard host becomes 127.0.0.1, which the dev server certificate covers.
+func dialAddr(a net.Addr) string {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil || !ap.Addr().IsUnspecified() {
+		return a.String()
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port()).String()
+}
+
+// openStore starts the embedded etcd or connects to the external cluster.
+func openStore(opts *Options, dataDir string) (*store.Backend, string, error) {
+	if opts.embedded() {
+		b, err := store.StartEmbedded(store.EmbeddedConfig{
+			DataDir:      filepath.Join(dataDir, "etcd"),
+			ClientURL:    opts.EtcdClientURL,
+			PeerURL:      opts.EtcdPeerURL,
+			ClusterToken: "lockd",
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		return b, "embedded", nil
+	}
+	b, err := store.ConnectExternal(store.ExternalConfig{
+		Endpoints: opts.EtcdEndpoints,
+		CAFile:    opts.EtcdCA,
+		CertFile:  opts.EtcdCert,
+		KeyFile:   opts.EtcdKey,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return b, "external", nil
+}
