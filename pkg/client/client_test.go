@@ -1,0 +1,196 @@
+package client_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+)
+
+// stallProxy forwards TCP to target until Stall is called; then it keeps
+// the connections open but forwards nothing, like a black-holed path.
+type stallProxy struct {
+	l       net.Listener
+	target  string
+	stalled atomic.Bool
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{l: l, target: target}
+	t.Cleanup(func() {
+		l.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	})
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go p.pipe(in, out)
+			go p.pipe(out, in)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.stalled.Load() {
+			time.Sleep(10 * time.Millisecond) // hold the bytes: forward nothing
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+func (p *stallProxy) Addr() string { return p.l.Addr().String() }
+
+// TestStalledKeepAlivePathFencesBeforeServerExpiry: when the path to lockd
+// stops forwarding, CanStart turns false at the first unanswered keepalive,
+// onFence runs at the local deadline, and both happen before etcd expires
+// the session's lease (observed as the hold key's deletion).
+func TestStalledKeepAlivePathFencesBeforeServerExpiry(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	proxy := newStallProxy(t, env.Addr)
+	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
+
+	fenced := make(chan time.Time, 1)
+	l, err := c.Acquire(t.Context(), "t/stall", "fast", func(*client.Lock) { fenced <- time.Now() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.CanStart() || l.RemainingTTL() <= 0 || l.Token() == 0 {
+		t.Fatalf("fresh lock: CanStart %v remaining %s", l.CanStart(), l.RemainingTTL())
+	}
+	time.Sleep(3 * time.Second) // keepalives flow; the lock outlives one TTL/3
+	if !l.CanStart() {
+		t.Fatal("CanStart false while keepalives flow")
+	}
+
+	// Watch the hold from the server side, not through the proxy.
+	expired := make(chan time.Time, 1)
+	wctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wch := env.Backend.Client.Watch(wctx, "/l/t/stall", clientv3.WithFilterPut())
+	go func() {
+		for resp := range wch {
+			if len(resp.Events) > 0 {
+				expired <- time.Now()
+				return
+			}
+		}
+	}()
+
+	stalledAt := time.Now()
+	proxy.stalled.Store(true)
+	var cantStart time.Time
+	for cantStart.IsZero() {
+		if !l.CanStart() {
+			cantStart = time.Now()
+		}
+		if time.Since(stalledAt) > 10*time.Second {
+			t.Fatal("CanStart never turned false")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var fenceAt, expiryAt time.Time
+	select {
+	case fenceAt = <-fenced:
+	case <-time.After(15 * time.Second):
+		t.Fatal("onFence never ran")
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done not closed after onFence")
+	}
+	select {
+	case expiryAt = <-expired:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the server never expired the hold")
+	}
+	t.Logf("after the stall: CanStart false at +%s, onFence at +%s, server expiry at +%s",
+		cantStart.Sub(stalledAt).Round(time.Millisecond), fenceAt.Sub(stalledAt).Round(time.Millisecond),
+		expiryAt.Sub(stalledAt).Round(time.Millisecond))
+	if !cantStart.Before(fenceAt) || !fenceAt.Before(expiryAt) {
+		t.Fatalf("order broken: CanStart false %s, onFence %s, expiry %s", cantStart, fenceAt, expiryAt)
+	}
+	if l.Err() != client.ErrDeadline {
+		t.Fatalf("lost reason %v, want ErrDeadline", l.Err())
+	}
+}
+
+func TestReentrantAcquireCountsLocally(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	c := env.Client(t, lockdtest.Alice)
+	nofence := func(*client.Lock) {}
+	l1, err := c.Acquire(t.Context(), "t/re", "std", nofence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Acquire(t.Context(), "t/re", "std", nofence)
+	if err != nil || l2 != l1 {
+		t.Fatalf("nested acquire: %v (same lock %v)", err, l2 == l1)
+	}
+	if err := l2.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := env.Backend.Client.Get(t.Context(), "/l/t/re"); len(got.Kvs) != 1 {
+		t.Fatal("inner release reached lockd")
+	}
+	if err := l1.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := env.Backend.Client.Get(t.Context(), "/l/t/re"); len(got.Kvs) != 0 {
+		t.Fatal("outer release did not reach lockd")
+	}
+	if _, err := c.Acquire(t.Context(), "t/re", "std", nil); err != client.ErrNoFence {
+		t.Fatalf("acquire without onFence: %v", err)
+	}
+	// Holds of one TTL share one session.
+	a, _ := c.Acquire(t.Context(), "t/share-a", "std", nofence)
+	b, _ := c.Acquire(t.Context(), "t/share-b", "std", nofence)
+	ra, _ := env.Backend.Client.Get(t.Context(), "/l/t/share-a")
+	rb, _ := env.Backend.Client.Get(t.Context(), "/l/t/share-b")
+	if a == nil || b == nil || ra.Kvs[0].Lease != rb.Kvs[0].Lease {
+		t.Fatal("holds of one TTL are not on one session lease")
+	}
+}
