@@ -322,6 +322,7 @@ func (a *Arbiter) watchQueue(ctx context.Context, key string, q *queue, rev int6
 		}
 		for resp := range a.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
 			if resp.CompactRevision != 0 || resp.Err() != nil {
+				rev = 0 // events may be gone: the head re-tries, then watch from now
 				break
 			}
 			if len(resp.Events) > 0 {
@@ -332,7 +333,6 @@ func (a *Arbiter) watchQueue(ctx context.Context, key string, q *queue, rev int6
 		if ctx.Err() != nil {
 			return
 		}
-		rev = 0
 		a.wakeHead(key)
 		select {
 		case <-ctx.Done():

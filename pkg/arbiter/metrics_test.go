@@ -1,0 +1,48 @@
+package arbiter_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+)
+
+// TestMetricLabelsAreBounded lists every metric's labels after some traffic
+// and fails on any label outside the bounded set: never a key or a token.
+func TestMetricLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := lockdtest.Start(t, lockdtest.Options{Registry: reg})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	sid := openSession(t, alice, 15*time.Second)
+	for _, key := range []string{"t/m/1", "t/m/1", "t/../bad", "absent/x"} {
+		_, _ = acquire(t.Context(), alice, sid, key, "std", 0)
+	}
+	allowed := map[string]bool{"namespace": true, "class": true, "tier": true, "cluster": true, "code": true}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "lockd_") {
+			t.Errorf("metric %s lacks the lockd_ prefix", mf.GetName())
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				seen++
+				if !allowed[lp.GetName()] {
+					t.Errorf("metric %s has label %q outside the bounded set", mf.GetName(), lp.GetName())
+				}
+				if strings.Contains(lp.GetValue(), "/m/") {
+					t.Errorf("metric %s label %s carries a key: %q", mf.GetName(), lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no labelled metrics gathered")
+	}
+}
