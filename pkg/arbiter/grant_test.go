@@ -360,3 +360,38 @@ func TestKilledClientFreesHoldsAfterTTL(t *testing.T) {
 func openReq(ttl time.Duration) *lockv1.OpenSessionRequest {
 	return &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)}
 }
+
+// TestWaitDeadlinesRacingHandoffsLeaveNoOrphan: waiters give up while
+// releases hand the key over; every hold granted must reach a caller, so
+// once every caller released what it got, the key is free.
+func TestWaitDeadlinesRacingHandoffsLeaveNoOrphan(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	const key = "t/race"
+	var wg sync.WaitGroup
+	for i := range 16 {
+		lc, _ := env.Raw(t, lockdtest.Worker(i))
+		sid := openSession(t, lc, 15*time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 30 {
+				wait := time.Duration(1+(i*7+j*3)%20) * time.Millisecond
+				resp, err := acquire(t.Context(), lc, sid, key, "std", wait)
+				if err != nil {
+					if c := status.Code(err); c != codes.DeadlineExceeded {
+						t.Errorf("worker %d: %v", i, err)
+					}
+					continue
+				}
+				time.Sleep(time.Millisecond)
+				if _, err := lc.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sid, Key: key, Token: resp.GetToken().GetValue()}); err != nil {
+					t.Errorf("worker %d release: %v", i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got, _ := env.Backend.Client.Get(t.Context(), "/l/"+key); len(got.Kvs) != 0 {
+		t.Fatalf("orphan hold left after every caller released: %s", got.Kvs[0].Value)
+	}
+}

@@ -14,6 +14,7 @@ import (
 // Waiter states, guarded by Arbiter.qmu.
 const (
 	waiting = iota
+	claimed // a release is handing the key over; wait for done or wake
 	granted // handed the key by a release; the result is in done
 	gone    // left the queue
 )
@@ -227,14 +228,24 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 // key: then the grant is returned if the caller is still there, and released
 // if not.
 func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err error) (Grant, error) {
-	a.qmu.Lock()
-	if w.state == waiting {
-		a.leave(req.Key, w, true)
+	var r waitResult
+	for {
+		a.qmu.Lock()
+		if w.state == waiting {
+			a.leave(req.Key, w, true)
+			a.qmu.Unlock()
+			return Grant{}, err
+		}
 		a.qmu.Unlock()
-		return Grant{}, err
+		// A handoff holds a claim on w: it either delivers a result or
+		// gives the claim back and wakes w.
+		select {
+		case r = <-w.done:
+		case <-w.wake:
+			continue
+		}
+		break
 	}
-	a.qmu.Unlock()
-	r := <-w.done
 	if r.err != nil || ctx.Err() == nil {
 		return r.grant, r.err
 	}
@@ -266,10 +277,19 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		var w *waiter
 		if len(q.waiters) > 0 && q.waiters[0].state == waiting && a.queues[key] == q {
 			w = q.waiters[0]
+			w.state = claimed // a waiter giving up now waits for our result
 		}
 		a.qmu.Unlock()
 		if w == nil {
 			return false, false, nil
+		}
+		unclaim := func() {
+			a.qmu.Lock()
+			if w.state == claimed {
+				w.state = waiting
+			}
+			a.qmu.Unlock()
+			signal(w.wake)
 		}
 		val, at := a.encodeHold(w.identity, w.session, w.class)
 		cctx, cancel := a.callCtx(ctx)
@@ -286,12 +306,15 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 				w.done <- waitResult{err: a.sessionGone(w.session, ErrSessionNotFound)}
 				continue
 			}
+			unclaim()
 			return true, false, storeErr(ctx, err)
 		}
 		if _, err := a.checkHeader(resp.Header); err != nil {
+			unclaim()
 			return true, false, err
 		}
 		if !resp.Succeeded {
+			unclaim()
 			retry, err := a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
 			if retry {
 				return false, false, nil // the caller re-reads the epoch and tries again
@@ -300,6 +323,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		}
 		g := Grant{Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}
 		if g.Token, err = token.Pack(st.epoch, resp.Header.Revision); err != nil {
+			unclaim()
 			return true, false, fmt.Errorf("%w: %v", ErrInternal, err)
 		}
 		a.qmu.Lock()
