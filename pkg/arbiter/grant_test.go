@@ -395,3 +395,35 @@ func TestWaitDeadlinesRacingHandoffsLeaveNoOrphan(t *testing.T) {
 		t.Fatalf("orphan hold left after every caller released: %s", got.Kvs[0].Value)
 	}
 }
+
+func TestInspectShowsTokensOnlyToOperators(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	op, _ := env.Raw(t, lockdtest.Operator)
+	carol, _ := env.Raw(t, lockdtest.Carol)
+	sid := openSession(t, alice, 15*time.Second)
+	g, err := acquire(t.Context(), alice, sid, "t/seen", "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := alice.Inspect(t.Context(), &lockv1.InspectRequest{Key: "t/seen"})
+	if err != nil || !own.GetHeld() || own.GetHold().GetHolder() != lockdtest.Alice || own.GetHold().GetSessionId() != sid ||
+		own.GetHold().GetClass() != "t/std" || own.GetHold().GetToken() != nil {
+		t.Fatalf("holder's inspect: %v %v (token must not be shown)", own, err)
+	}
+	ops, err := op.Inspect(t.Context(), &lockv1.InspectRequest{Key: "t/seen"})
+	if err != nil || ops.GetHold().GetToken().GetValue() != g.GetToken().GetValue() {
+		t.Fatalf("operator's inspect: %v %v", ops, err)
+	}
+	if _, err := carol.Inspect(t.Context(), &lockv1.InspectRequest{Key: "t/seen"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("inspect outside the grants: %v", err)
+	}
+	list, err := alice.ListHolds(t.Context(), &lockv1.ListHoldsRequest{Prefix: "t/"})
+	if err != nil || len(list.GetHolds()) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	ss, err := alice.ListSessions(t.Context(), &lockv1.ListSessionsRequest{})
+	if err != nil || len(ss.GetSessions()) != 1 || ss.GetSessions()[0].GetHolds() != 1 || ss.GetSessions()[0].GetRemaining().AsDuration() <= 0 {
+		t.Fatalf("sessions: %v %v", ss, err)
+	}
+}
