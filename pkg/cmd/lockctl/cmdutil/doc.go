@@ -32,3 +32,14 @@ func Doc(s string) string {
 
 // Docf is Doc then fmt.Sprintf.
 func Docf(format string, args ...any) string { return fmt.Sprintf(Doc(format), args...) }
+
+// Example is Doc indented by two spaces, as cobra lays out examples.
+func Example(s string) string {
+	lines := strings.Split(Doc(s), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = "  " + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}

@@ -45,7 +45,11 @@ func Describe(err error, target string) string {
 			hint = "the store was restored: an operator must run `lockctl epoch status` and then `lockctl epoch advance`"
 		}
 	case codes.PermissionDenied:
-		hint = "your identity has no grant for this key or operation: check the LockGrant for its namespace"
+		if strings.Contains(msg, "operator") {
+			hint = "this needs an operator identity: use a context whose certificate is an operator's (--context)"
+		} else {
+			hint = "your identity has no grant for this key or class: check the LockGrant for its namespace"
+		}
 	case codes.Unauthenticated:
 		hint = "lockd did not accept your credentials: check the context's cert and key (lockctl --context)"
 	case codes.DeadlineExceeded:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	ossignal "os/signal"
@@ -83,7 +84,7 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			  2    usage error
 			  1    any other error
 		`, EnvToken, EnvKey, EnvEpoch),
-		Example: cmdutil.Doc(`
+		Example: cmdutil.Example(`
 			# Run a migration while holding payments/ledger/migrate
 			$ lockctl lock payments/ledger/migrate --class migration -- ./migrate.sh --apply
 
@@ -194,10 +195,10 @@ func lockRun(opts *Options) error {
 			return &cmdutil.ExitError{Code: code, Silent: true}
 		case <-lost:
 			lost = nil
-			lostErr = l.Err()
-			if errors.Is(lostErr, client.ErrReleased) {
-				continue // not ours to see: we release only after the command exits
+			if err := l.Err(); err == nil || errors.Is(err, client.ErrReleased) {
+				continue // we release only after the command exits: not a loss
 			}
+			lostErr = l.Err()
 			_ = signal(cmd.Process, sigTerm, group)
 			fmt.Fprintf(opts.IO.ErrOut, "lockctl: lock %s lost while the command ran (%s): sent SIGTERM to pid %d, SIGKILL in %s\n",
 				opts.Key, lostReason(lostErr), cmd.Process.Pid, opts.Grace)
@@ -298,6 +299,10 @@ func unwrapExec(err error) error {
 	var ee *exec.Error
 	if errors.As(err, &ee) {
 		return ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
 	return err
 }

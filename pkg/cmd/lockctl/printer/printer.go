@@ -188,11 +188,11 @@ func (t *Table) Time(ts time.Time) string {
 	return Relative(t.now, ts)
 }
 
-// Duration formats a duration: rounded to the second on a terminal (to the
+// Duration formats a duration: truncated to the second on a terminal (to the
 // millisecond under a second), to the millisecond piped.
 func (t *Table) Duration(d time.Duration) string {
 	if t.tty && (d >= time.Second || d <= -time.Second) {
-		return d.Round(time.Second).String()
+		return d.Truncate(time.Second).String()
 	}
 	return d.Round(time.Millisecond).String()
 }
