@@ -128,4 +128,3 @@ func TestLockRunCommandNotFound(t *testing.T) {
 	require.ErrorContains(t, err, `cannot run "/nonexistent/command": no such file or directory`)
 	require.True(t, holdKeyAbsent(t, env, "t/x"), "released after the failed start")
 }
-
