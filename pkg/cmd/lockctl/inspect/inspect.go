@@ -73,23 +73,18 @@ func NewCmdInspect(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 }
 
 func inspectRun(ctx context.Context, opts *Options) error {
-	c, err := opts.Client()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	if opts.IsPrefix() {
-		resp, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: opts.Target, Limit: opts.Limit})
+	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
+		if opts.IsPrefix() {
+			resp, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: opts.Target, Limit: opts.Limit})
+			if err != nil {
+				return err
+			}
+			return opts.Printer().Print(NewHoldsView(opts.Target, resp))
+		}
+		resp, err := c.LockService().Inspect(ctx, &lockv1.InspectRequest{Key: opts.Target})
 		if err != nil {
 			return err
 		}
-		return opts.Printer().Print(NewHoldsView(opts.Target, resp))
-	}
-	resp, err := c.LockService().Inspect(ctx, &lockv1.InspectRequest{Key: opts.Target})
-	if err != nil {
-		return err
-	}
-	return opts.Printer().Print(NewKeyView(opts.Target, resp))
+		return opts.Printer().Print(NewKeyView(opts.Target, resp))
+	})
 }

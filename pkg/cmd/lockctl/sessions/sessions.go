@@ -53,18 +53,13 @@ func NewCmdSessions(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comman
 }
 
 func sessionsRun(ctx context.Context, opts *Options) error {
-	c, err := opts.Client()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	resp, err := c.LockService().ListSessions(ctx, &lockv1.ListSessionsRequest{})
-	if err != nil {
-		return err
-	}
-	return opts.Printer().Print(NewView(resp))
+	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
+		resp, err := c.LockService().ListSessions(ctx, &lockv1.ListSessionsRequest{})
+		if err != nil {
+			return err
+		}
+		return opts.Printer().Print(NewView(resp))
+	})
 }
 
 // SessionView is one session.

@@ -83,23 +83,21 @@ func NewCmdAdvance(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 }
 
 func advanceRun(ctx context.Context, opts *Options) error {
-	c, err := opts.Client()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	if !opts.Yes {
-		if err := confirm(ctx, opts, c); err != nil {
+	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
+		if !opts.Yes {
+			if err := confirm(ctx, opts, c); err != nil {
+				return err
+			}
+		}
+		// The operator may take longer to answer than the call timeout.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
+		defer cancel()
+		resp, err := c.AdminService().AdvanceEpoch(ctx, &lockv1.AdvanceEpochRequest{FromEpoch: opts.From, Reason: opts.Reason})
+		if err != nil {
 			return err
 		}
-	}
-	resp, err := c.AdminService().AdvanceEpoch(ctx, &lockv1.AdvanceEpochRequest{FromEpoch: opts.From, Reason: opts.Reason})
-	if err != nil {
-		return err
-	}
-	return opts.Printer().Print(NewView(resp))
+		return opts.Printer().Print(NewView(resp))
+	})
 }
 
 // confirm shows the current state and asks the operator to type "yes".

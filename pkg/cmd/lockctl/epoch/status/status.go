@@ -51,18 +51,13 @@ func NewCmdStatus(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command 
 }
 
 func statusRun(ctx context.Context, opts *Options) error {
-	c, err := opts.Client()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	resp, err := c.AdminService().EpochStatus(ctx, &lockv1.EpochStatusRequest{})
-	if err != nil {
-		return err
-	}
-	return opts.Printer().Print(NewView(resp))
+	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
+		resp, err := c.AdminService().EpochStatus(ctx, &lockv1.EpochStatusRequest{})
+		if err != nil {
+			return err
+		}
+		return opts.Printer().Print(NewView(resp))
+	})
 }
 
 // View is `lockctl epoch status`. Cluster IDs are hex strings.
