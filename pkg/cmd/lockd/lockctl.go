@@ -7,29 +7,16 @@ import (
 	"os"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/lockd-dev/lockd/pkg/client"
 )
-
-// lockctlConfig is the kubectl-like client configuration lockd writes for
-// the dev setup. Field names match lockctl's config file.
-type lockctlConfig struct {
-	CurrentContext string           `json:"current-context"`
-	Contexts       []lockctlContext `json:"contexts"`
-}
-
-type lockctlContext struct {
-	Name   string `json:"name"`
-	Server string `json:"server"`
-	CA     string `json:"ca"`
-	Cert   string `json:"cert"`
-	Key    string `json:"key"`
-}
 
 const lockctlHeader = "# lockctl configuration for the lockd development server, written once by lockd.\n" +
 	"# lockd never overwrites this file; delete it to have it written again.\n"
 
-// writeLockctlConfig writes cfg to path unless the file exists. It reports
+// writeLockctlConfig writes cfg, lockctl's config format, to path unless the file exists. It reports
 // whether it wrote the file.
-func writeLockctlConfig(path string, cfg lockctlConfig) (bool, error) {
+func writeLockctlConfig(path string, cfg client.Config) (bool, error) {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return false, fmt.Errorf("encode %s: %w", path, err)

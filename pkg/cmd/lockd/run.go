@@ -23,6 +23,7 @@ import (
 
 	"github.com/lockd-dev/lockd/pkg/arbiter"
 	"github.com/lockd-dev/lockd/pkg/class"
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/devpki"
 	"github.com/lockd-dev/lockd/pkg/identity"
 	"github.com/lockd-dev/lockd/pkg/server"
@@ -165,9 +166,9 @@ func run(ctx context.Context, opts *Options) (err error) {
 	lockctlPath := ""
 	if mode == "embedded" && bundle != nil {
 		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
-		wrote, err := writeLockctlConfig(lockctlPath, lockctlConfig{
+		wrote, err := writeLockctlConfig(lockctlPath, client.Config{
 			CurrentContext: "dev",
-			Contexts: []lockctlContext{{
+			Contexts: []client.Context{{
 				Name:   "dev",
 				Server: dialAddr(grpcLis.Addr()),
 				CA:     bundle.CACert,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/identity"
 )
 
@@ -127,10 +126,8 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 	for _, name := range []string{"ca.crt", "ca.key", "server.crt", "server.key", "dev.crt", "dev.key"} {
 		require.FileExists(t, filepath.Join(pki, name))
 	}
-	data, err := os.ReadFile(filepath.Join(dataDir, "lockctl.yaml"))
+	cfg, err := client.LoadConfig(filepath.Join(dataDir, "lockctl.yaml")) // as lockctl reads it
 	require.NoError(t, err)
-	var cfg lockctlConfig
-	require.NoError(t, yaml.UnmarshalStrict(data, &cfg))
 	require.Equal(t, "dev", cfg.CurrentContext)
 	require.Len(t, cfg.Contexts, 1)
 	c := cfg.Contexts[0]
