@@ -91,3 +91,20 @@ func WithContext(cx *Context) Option {
 		return nil
 	}
 }
+
+// WithConfigFile reads a lockctl config file — for example the
+// <data-dir>/lockctl.yaml that lockd writes with its development
+// credentials — and dials its context name (the current one when empty).
+func WithConfigFile(path, name string) Option {
+	return func(o *options) error {
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			return err
+		}
+		cx, err := cfg.Context(name)
+		if err != nil {
+			return err
+		}
+		return WithContext(cx)(o)
+	}
+}
