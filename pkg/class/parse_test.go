@@ -353,3 +353,12 @@ func TestRepositoryClassesAreValid(t *testing.T) {
 		"spiffe://lockd.local/ns/platform/sa/scheduler": {"platform/leader/"},
 	}, ids)
 }
+
+func TestZeroNowSkipsWaiverExpiry(t *testing.T) {
+	doc := classYAML("a", advisory("waiverExpires: 2020-01-01")...)
+	classes, _, problems := ParseFile("f.yaml", []byte(doc), "payments", time.Time{})
+	require.Empty(t, problems)
+	require.Len(t, classes, 1)
+	_, _, problems = ParseFile("f.yaml", []byte(doc), "payments", testNow)
+	require.Len(t, problems, 1)
+}
