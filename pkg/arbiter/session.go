@@ -190,7 +190,9 @@ type KeepAliveStream struct {
 
 // OpenKeepAlive opens the etcd keepalive stream for one client stream.
 func (a *Arbiter) OpenKeepAlive(ctx context.Context, identity string) (*KeepAliveStream, error) {
-	sctx, cancel := context.WithCancel(ctx)
+	// Require a leader: a member cut off from the leader fails the stream
+	// instead of holding keepalives it cannot forward.
+	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	s, err := a.leases.LeaseKeepAlive(sctx)
 	if err != nil {
 		cancel()
