@@ -87,7 +87,7 @@ func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Dur
 	info := &sessionInfo{id: int64(lease.ID), identity: identity, ttl: ttl, namespace: ns, openedAt: now, openedHere: true}
 	a.sessions.Store(info.id, info)
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
-	a.log.Info("session opened", "session", info.id, "identity", identity, "ttl", ttl)
+	a.log.Info("session opened", "session", info.id, "identity", identity, "ttl", ttl.String())
 	return info.id, nil
 }
 
