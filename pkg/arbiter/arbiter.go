@@ -198,7 +198,10 @@ func (a *Arbiter) callCtx(ctx context.Context) (context.Context, context.CancelF
 }
 
 // storeErr classifies an etcd error. The caller's own cancellation passes
-// through; a timeout of the call or an unreachable store is ErrUnavailable.
+// through; a lease that is gone is ErrSessionNotFound; everything else
+// (timeouts, no leader, lost connections, a store that refuses writes) is
+// ErrUnavailable: the store did not serve the request, so nothing was granted
+// from memory, though a timed-out write may still have committed.
 func storeErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -208,11 +211,6 @@ func storeErr(ctx context.Context, err error) error {
 	}
 	if isLeaseNotFound(err) {
 		return ErrSessionNotFound
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrNoLeader) ||
-		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }

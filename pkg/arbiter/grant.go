@@ -274,7 +274,10 @@ func (a *Arbiter) Release(ctx context.Context, identity string, session int64, k
 			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 		}
-		done, released, err := a.handoff(ctx, key, hk, cmp, st)
+		done, released, retry, err := a.handoff(ctx, key, hk, cmp, st)
+		if retry {
+			continue // the epoch record moved: compare against the new one
+		}
 		if err != nil || done {
 			return released, err
 		}
@@ -293,7 +296,7 @@ func (a *Arbiter) Release(ctx context.Context, identity string, session int64, k
 			a.wakeHead(key)
 			return true, nil
 		}
-		retry, err := a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
+		retry, err = a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
 		if !retry {
 			return false, err
 		}

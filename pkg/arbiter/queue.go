@@ -260,16 +260,17 @@ func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err
 
 // handoff, when a waiter is queued here for key, releases the hold matching
 // cmp and puts the head waiter's hold in the same transaction. done is false
-// when there was nobody to hand to.
-func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released bool, err error) {
+// when there was nobody to hand to; retry is set when the epoch record moved
+// and cmp must be rebuilt.
+func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released, retry bool, err error) {
 	a.qmu.Lock()
 	q := a.queues[key]
 	a.qmu.Unlock()
 	if q == nil {
-		return false, false, nil
+		return false, false, false, nil
 	}
 	if err := q.op.lock(ctx); err != nil {
-		return true, false, err
+		return true, false, false, err
 	}
 	defer q.op.unlock()
 	for {
@@ -281,7 +282,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		}
 		a.qmu.Unlock()
 		if w == nil {
-			return false, false, nil
+			return false, false, false, nil
 		}
 		unclaim := func() {
 			a.qmu.Lock()
@@ -307,31 +308,28 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 				continue
 			}
 			unclaim()
-			return true, false, storeErr(ctx, err)
+			return true, false, false, storeErr(ctx, err)
 		}
 		if _, err := a.checkHeader(resp.Header); err != nil {
 			unclaim()
-			return true, false, err
+			return true, false, false, err
 		}
 		if !resp.Succeeded {
 			unclaim()
 			retry, err := a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
-			if retry {
-				return false, false, nil // the caller re-reads the epoch and tries again
-			}
-			return true, false, err
+			return !retry, false, retry, err
 		}
 		g := Grant{Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}
 		if g.Token, err = token.Pack(st.epoch, resp.Header.Revision); err != nil {
 			unclaim()
-			return true, false, fmt.Errorf("%w: %v", ErrInternal, err)
+			return true, false, false, fmt.Errorf("%w: %v", ErrInternal, err)
 		}
 		a.qmu.Lock()
 		a.leave(key, w, false)
 		w.state = granted
 		a.qmu.Unlock()
 		w.done <- waitResult{grant: g}
-		return true, true, nil
+		return true, true, false, nil
 	}
 }
 

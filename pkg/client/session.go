@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -223,7 +224,8 @@ func (c *Client) sendKeepAlive(s *session, sent time.Time) error {
 	return nil
 }
 
-var errBroken = context.Canceled
+// errBroken: the keepalive stream failed; the next tick opens a new one.
+var errBroken = errors.New("client: keepalive stream broken")
 
 func (c *Client) kaStream() (*kaStream, error) {
 	c.mu.Lock()

@@ -67,14 +67,10 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok && !isDomain(err) {
-		return err
+	if _, ok := status.FromError(err); ok {
+		return err // already a status (from gRPC itself)
 	}
 	return status.Error(arbiter.Code(err), err.Error())
-}
-
-func isDomain(err error) bool {
-	return arbiter.Code(err) != codes.Internal || errors.Is(err, arbiter.ErrInternal)
 }
 
 func (s *Server) caller(ctx context.Context) (string, error) {
