@@ -46,6 +46,9 @@ var (
 	// ErrDeadline: no keepalive succeeded in time (lockd or etcd
 	// unreachable); the local deadline passed and the holder must stop.
 	ErrDeadline = errors.New("client: lock lost: local deadline passed without a successful keepalive")
+	// ErrEpoch: the store was restored and an operator advanced the epoch;
+	// every hold of the earlier epoch is gone. Acquire again.
+	ErrEpoch = errors.New("client: lock lost: the store was restored and the epoch advanced")
 	// ErrReleased: the lock was released by its holder.
 	ErrReleased = errors.New("client: lock released")
 	// ErrClosed: the client was closed.
@@ -394,27 +397,38 @@ func (l *Lock) lose(err error, fence bool) {
 // Release drops one count; the final release ends the hold at lockd. A
 // release of a lock already lost returns its lost reason.
 func (l *Lock) Release(ctx context.Context) error {
+	_, err := l.ReleaseHeld(ctx)
+	return err
+}
+
+// ReleaseHeld is Release that also reports whether lockd still held the
+// lock with this token when the final release reached it. False with a nil
+// error means the hold had already ended (it expired, or was removed) before
+// the release: work done since the last CanStart may have overlapped another
+// holder's, which only the resource's fence can have stopped. A nested
+// (non-final) release reports true.
+func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	if l.err != nil {
 		err := l.err
 		l.mu.Unlock()
 		if errors.Is(err, ErrReleased) {
-			return nil
+			return false, nil
 		}
-		return err
+		return false, err
 	}
 	l.count--
 	if l.count > 0 {
 		l.mu.Unlock()
-		return nil
+		return true, nil
 	}
 	l.mu.Unlock()
-	_, err := l.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: l.s.id, Key: l.key, Token: l.token})
+	resp, err := l.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: l.s.id, Key: l.key, Token: l.token})
 	l.s.mu.Lock()
 	if l.s.locks[l.key] == l {
 		delete(l.s.locks, l.key)
 	}
 	l.s.mu.Unlock()
 	l.lose(ErrReleased, false)
-	return err
+	return resp.GetReleased(), err
 }

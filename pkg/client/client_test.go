@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // stallProxy forwards TCP to target until Stall is called; then it keeps
@@ -225,5 +227,79 @@ func TestConfigFileContexts(t *testing.T) {
 	}
 	if _, err := client.New(client.WithConfigFile(path, "")); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown field: %v", err)
+	}
+}
+
+// TestEpochAdvanceLosesOldHolds: an epoch advance deletes every hold while
+// the sessions live on; the holder learns it from its next keepalive answer
+// (ErrEpoch, onFence runs), and ReleaseHeld says the hold was not held.
+func TestEpochAdvanceLosesOldHolds(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	c := env.Client(t, lockdtest.Alice)
+	fenced := make(chan error, 1)
+	l, err := c.Acquire(t.Context(), "t/epoch", "fast", func(l *client.Lock) { fenced <- l.Err() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, admin := env.Raw(t, lockdtest.Operator)
+	if _, err := admin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: l.Epoch(), Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-fenced:
+		if !errors.Is(err, client.ErrEpoch) {
+			t.Fatalf("lost with %v, want ErrEpoch", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder never learned that the epoch advanced")
+	}
+	if l.CanStart() {
+		t.Fatal("CanStart after the epoch advanced")
+	}
+	if held, err := l.ReleaseHeld(t.Context()); held || !errors.Is(err, client.ErrEpoch) {
+		t.Fatalf("ReleaseHeld = %v, %v; want false, ErrEpoch", held, err)
+	}
+}
+
+// reset drops every proxied connection and forwards again.
+func (p *stallProxy) reset() {
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.stalled.Store(false)
+}
+
+// TestKeepAliveRecoversAfterTheStreamBreaks: a keepalive left unanswered on
+// a stream that then breaks must not keep CanStart false once keepalives
+// on a new stream are answered again (found by the release gate: after a
+// restore, sessions stayed degraded and every new lock was unusable).
+func TestKeepAliveRecoversAfterTheStreamBreaks(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	proxy := newStallProxy(t, env.Addr)
+	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
+	l, err := c.Acquire(t.Context(), "t/recover", "fast", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.stalled.Store(true)
+	waitFor(t, 5*time.Second, "CanStart false while stalled", func() bool { return !l.CanStart() })
+	proxy.reset()
+	waitFor(t, 5*time.Second, "CanStart true once keepalives are answered again", l.CanStart)
+	if l.Err() != nil {
+		t.Fatalf("lock lost: %v", l.Err())
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -31,8 +31,9 @@ type session struct {
 }
 
 type kaResult struct {
-	sent time.Time
-	ttl  time.Duration
+	sent  time.Time
+	ttl   time.Duration
+	epoch uint32
 }
 
 // session returns the open session for ttl, opening one if needed.
@@ -124,7 +125,10 @@ func (s *session) run() {
 	fence := time.NewTimer(s.remaining())
 	defer fence.Stop()
 	var answerBy <-chan time.Time
-	outstanding := 0
+	// lastSent is the send time of the newest keepalive. Only its answer
+	// clears a failure mark: answers to sends on a stream that broke never
+	// come, so counting outstanding sends would never get back to zero.
+	var lastSent, lastAnswered time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -146,31 +150,52 @@ func (s *session) run() {
 				s.fail("send", err)
 				continue
 			}
-			outstanding++
+			lastSent = sent
 			answerBy = time.After(answerWithin)
 		case <-answerBy:
 			answerBy = nil
-			if outstanding > 0 {
+			if lastAnswered.Before(lastSent) {
 				s.fail("no answer", nil)
 			}
 		case r := <-s.resp:
-			outstanding = max(outstanding-1, 0)
+			if r.sent.After(lastAnswered) {
+				lastAnswered = r.sent
+			}
 			if r.ttl <= 0 {
 				s.c.log.Warn("lock session expired", "session", s.id)
 				s.lose(ErrExpired, true)
 				return
 			}
+			s.dropBefore(r.epoch)
 			s.mu.Lock()
 			if r.sent.After(s.lastOK) && s.c.now().Before(s.lastOK.Add(s.ttl-fenceMargin)) {
 				s.lastOK = r.sent
 			}
-			if outstanding == 0 {
+			if !lastAnswered.Before(lastSent) {
 				s.degraded = false
 				answerBy = nil
 			}
 			s.mu.Unlock()
 			fence.Reset(s.remaining())
 		}
+	}
+}
+
+// dropBefore loses, with ErrEpoch, every lock granted before epoch: the
+// epoch advance deleted those holds while the session itself lived on.
+func (s *session) dropBefore(epoch uint32) {
+	s.mu.Lock()
+	var gone []*Lock
+	for k, l := range s.locks {
+		if l.epoch < epoch {
+			gone = append(gone, l)
+			delete(s.locks, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range gone {
+		s.c.log.Warn("lock lost: the epoch advanced", "key", l.key, "epoch", l.epoch, "now", epoch)
+		l.lose(ErrEpoch, true)
 	}
 }
 
@@ -283,7 +308,7 @@ func (c *Client) recvKeepAlives(ks *kaStream) {
 			continue
 		}
 		select {
-		case s.resp <- kaResult{sent: sent, ttl: resp.GetTtl().AsDuration()}:
+		case s.resp <- kaResult{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch()}:
 		default:
 		}
 	}
