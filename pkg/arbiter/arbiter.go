@@ -37,6 +37,10 @@ const (
 	queuePrefix   = "/q/"
 	sessionPrefix = "/s/"
 	epochKey      = "/sys/epoch"
+	// graceKey exists, on a lease of the longest class TTL, from an epoch
+	// advance until every holder of the old epoch has been fenced: no grant
+	// is made while it exists (see AdvanceEpoch).
+	graceKey = "/sys/epoch-grace"
 )
 
 // Config configures an Arbiter.

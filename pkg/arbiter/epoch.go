@@ -203,12 +203,24 @@ func (a *Arbiter) AdvanceEpoch(ctx context.Context, caller string, from uint32, 
 		return EpochStatus{}, 0, fmt.Errorf("%w: epoch %d is the last one", ErrEpochExhausted, e)
 	}
 	newID := cur.Header.ClusterId
+	// A holder of the old epoch learns that its hold is gone from its next
+	// keepalive answer (it carries the epoch), or is fenced by its own
+	// deadline when no answer comes: either way within its class TTL. The
+	// grace key, on a lease of the longest class TTL, holds every grant off
+	// until then, so no new holder overlaps an old one that still believes
+	// it holds.
+	grace := a.policy.Load().Classes.MaxTTL() + time.Second
+	lease, err := a.cli.Grant(cctx, int64((grace+time.Second-1)/time.Second))
+	if err != nil {
+		return EpochStatus{}, 0, storeErr(ctx, err)
+	}
 	resp, err := a.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision)).
 		Then(
 			clientv3.OpPut(epochKey, encodeEpoch(e+1, newID)),
 			clientv3.OpDelete(holdPrefix, clientv3.WithPrefix()),
 			clientv3.OpDelete(queuePrefix, clientv3.WithPrefix()),
+			clientv3.OpPut(graceKey, reason, clientv3.WithLease(lease.ID)),
 		).Commit()
 	if err != nil {
 		return EpochStatus{}, 0, storeErr(ctx, err)
@@ -221,7 +233,7 @@ func (a *Arbiter) AdvanceEpoch(ctx context.Context, caller string, from uint32, 
 	}
 	deleted := resp.Responses[1].GetResponseDeleteRange().Deleted
 	a.log.Warn("epoch advanced", "caller", caller, "from", e, "to", e+1,
-		"cluster_id", fmt.Sprintf("%x", newID), "holds_deleted", deleted, "reason", reason)
+		"cluster_id", fmt.Sprintf("%x", newID), "holds_deleted", deleted, "reason", reason, "grants_resume_in", grace)
 	rev, err := a.reloadEpoch(ctx)
 	if err != nil {
 		return EpochStatus{}, deleted, err

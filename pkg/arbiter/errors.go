@@ -15,6 +15,9 @@ var (
 	// ErrHeld: the key is held by another session and the wait deadline
 	// passed (or no wait was asked for).
 	ErrHeld = errors.New("arbiter: key held by another session; wait deadline passed")
+	// ErrEpochGrace: the epoch advanced less than the longest class TTL ago;
+	// grants wait until every holder of the old epoch has been fenced.
+	ErrEpochGrace = errors.New("arbiter: the epoch has just advanced; grants resume once every old holder is fenced (at most the longest class TTL)")
 	// ErrLeak: the key is held by the caller's own identity under another
 	// session. That is a leaked hold, not contention.
 	ErrLeak = errors.New("arbiter: leak: key already held by this identity under another session")

@@ -94,6 +94,9 @@ type attempt struct {
 	holderLease  int64
 	holderModRev int64
 	rev          int64
+	// grace: refused because the epoch advanced less than the longest
+	// class TTL ago.
+	grace bool
 }
 
 // tryGrant runs the grant transaction: compare the hold key absent and the
@@ -107,13 +110,18 @@ func (a *Arbiter) tryGrant(ctx context.Context, hk, val string, lease int64, at 
 			return attempt{}, ErrSealed
 		}
 		cctx, cancel := a.callCtx(ctx)
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
+			clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0),
+		}
+		if skipAbsenceCompare {
+			cmps = cmps[1:]
+		}
 		resp, err := a.cli.Txn(cctx).
-			If(
-				clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
-			).
+			If(cmps...).
 			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(lease)))).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).
+			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(graceKey, clientv3.WithCountOnly())).
 			Commit()
 		cancel()
 		if err != nil {
@@ -136,6 +144,11 @@ func (a *Arbiter) tryGrant(ctx context.Context, hk, val string, lease int64, at 
 				return attempt{}, err
 			}
 			continue
+		}
+		if resp.Responses[2].GetResponseRange().Count > 0 {
+			// The epoch has just advanced: wait like a contender until
+			// the old epoch's holders have all been fenced.
+			return attempt{grace: true, rev: resp.Header.Revision}, nil
 		}
 		if len(holds) == 0 {
 			continue
@@ -221,6 +234,9 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 				a.log.Warn("leak refused", "identity", req.Identity, "session", req.Session, "holder_session", att.holderLease, "namespace", ns, "class", clsName)
 			}
 			return g, err
+		}
+		if req.Wait == 0 && att.grace {
+			return Grant{}, ErrEpochGrace
 		}
 		if req.Wait == 0 {
 			return Grant{}, ErrHeld

@@ -113,7 +113,7 @@ func Code(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, ErrNotOperator), isDenied(err):
 		return codes.PermissionDenied
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEpochGrace):
 		return codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {

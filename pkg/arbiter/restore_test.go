@@ -1,6 +1,7 @@
 package arbiter_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -112,6 +113,12 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 		t.Fatalf("epoch status: %v %v", st, err)
 	}
 
+	// A session that survived in the snapshot is not renewed while sealed:
+	// its holds may have been rolled back.
+	if ans, err := keepAliveOnce(t, alice2, sid); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "sealed") {
+		t.Fatalf("keepalive on a sealed store = %v, %v; want FailedPrecondition sealed", ans, err)
+	}
+
 	// Only operators may advance.
 	if _, err := admin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("advance by a non-operator: %v", err)
@@ -132,6 +139,29 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("/readyz after advance: %d %q", rec.Code, rec.Body.String())
 	}
+	// The surviving session is renewed again, and the answer carries the
+	// new epoch: its holder learns its epoch-1 holds are gone.
+	if ans, err := keepAliveOnce(t, alice2, sid); err != nil || ans.GetEpoch() != 2 || ans.GetTtl().AsDuration() <= 0 {
+		t.Fatalf("keepalive after the advance = %v, %v; want epoch 2 and a TTL", ans, err)
+	}
+	// No grant until every old holder has been fenced: the longest class
+	// TTL (15s) plus a second after the advance.
+	advanced := time.Now()
+	if _, err := acquire(t.Context(), alice2, sid2, "t/after", "std", 0); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "epoch has just advanced") {
+		t.Fatalf("grant right after the advance: %v; want Unavailable, epoch has just advanced", err)
+	}
+	stopKA := keepRenewing(t, alice2, sid2)
+	first, err := acquire(t.Context(), alice2, sid2, "t/after", "std", 30*time.Second)
+	stopKA()
+	if err != nil {
+		t.Fatalf("grant waiting through the grace: %v", err)
+	}
+	if waited := time.Since(advanced); waited < 15*time.Second {
+		t.Fatalf("granted %s after the advance, before old holders were fenced (15s)", waited)
+	}
+	if _, err := alice2.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sid2, Key: "t/after", Token: first.GetToken().GetValue()}); err != nil {
+		t.Fatal(err)
+	}
 	for range 20 {
 		resp, err := acquire(t.Context(), alice2, sid2, "t/after", "std", 0)
 		if err != nil {
@@ -147,4 +177,50 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 	if got, _ := b2.Client.Get(t.Context(), "/l/t/held-at-snapshot"); len(got.Kvs) != 0 {
 		t.Fatal("a restored hold survived the epoch advance")
 	}
+}
+
+// keepAliveOnce sends one keepalive for sid on a new stream and returns the
+// answer.
+func keepAliveOnce(t *testing.T, lc lockv1.LockServiceClient, sid int64) (*lockv1.KeepAliveResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	st, err := lc.KeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(&lockv1.KeepAliveRequest{SessionId: sid}); err != nil {
+		return nil, err
+	}
+	return st.Recv()
+}
+
+// keepRenewing renews sid every 3 s until the returned func is called.
+func keepRenewing(t *testing.T, lc lockv1.LockServiceClient, sid int64) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	st, err := lc.KeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(3 * time.Second)
+		defer tick.Stop()
+		for {
+			if st.Send(&lockv1.KeepAliveRequest{SessionId: sid}) != nil {
+				return
+			}
+			if _, err := st.Recv(); err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

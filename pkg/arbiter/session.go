@@ -213,22 +213,37 @@ func (k *KeepAliveStream) Send(ctx context.Context, id int64) error {
 	return nil
 }
 
-// Recv returns the next etcd answer: the session and its remaining TTL (zero
-// when the lease has expired).
-func (k *KeepAliveStream) Recv() (int64, time.Duration, error) {
+// KeepAliveAnswer is etcd's answer to one keepalive.
+type KeepAliveAnswer struct {
+	// Session renewed.
+	Session int64
+	// TTL remaining; zero when the lease has expired.
+	TTL time.Duration
+	// Epoch when etcd answered: holds from an earlier epoch are gone.
+	Epoch uint32
+}
+
+// Recv returns the next etcd answer. An answer from a store with another
+// cluster ID (a restored store, not yet advanced) is ErrSealed, never a
+// renewal: the session's holds may have been rolled back.
+func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 	resp, err := k.s.Recv()
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: keepalive stream: %v", ErrUnavailable, err)
+		return KeepAliveAnswer{}, fmt.Errorf("%w: keepalive stream: %v", ErrUnavailable, err)
+	}
+	st, err := k.a.checkHeader(resp.Header)
+	if err != nil {
+		return KeepAliveAnswer{}, err
 	}
 	if resp.TTL <= 0 {
 		k.a.metrics.keepAliveFailures.Inc()
 		k.a.sessions.Delete(resp.ID)
-		return resp.ID, 0, nil
+		return KeepAliveAnswer{Session: resp.ID, Epoch: st.epoch}, nil
 	}
 	if v, ok := k.a.sessions.Load(resp.ID); ok {
 		v.(*sessionInfo).lastKA.Store(k.a.now().UnixNano())
 	}
-	return resp.ID, time.Duration(resp.TTL) * time.Second, nil
+	return KeepAliveAnswer{Session: resp.ID, TTL: time.Duration(resp.TTL) * time.Second, Epoch: st.epoch}, nil
 }
 
 // Close ends the etcd stream.

@@ -3,6 +3,7 @@ package class
 import (
 	"slices"
 	"strings"
+	"time"
 )
 
 // Set is an immutable snapshot of classes and grants.
@@ -80,6 +81,17 @@ func (s *Set) Grants() []Grant {
 		out[i] = g
 	}
 	return out
+}
+
+// MaxTTL is the longest TTL of any class (zero for an empty set).
+func (s *Set) MaxTTL() time.Duration {
+	var m time.Duration
+	for _, byName := range s.classes {
+		for _, c := range byName {
+			m = max(m, c.TTL)
+		}
+	}
+	return m
 }
 
 // Classes returns the classes sorted by namespace and name. The classes

@@ -124,20 +124,20 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	}
 	defer ka.Close()
 	var sendMu sync.Mutex
-	send := func(sid int64, ttl time.Duration) error {
+	send := func(a arbiter.KeepAliveAnswer) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		return stream.Send(&lockv1.KeepAliveResponse{SessionId: sid, Ttl: durationpb.New(ttl)})
+		return stream.Send(&lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch})
 	}
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			sid, ttl, err := ka.Recv()
+			ans, err := ka.Recv()
 			if err != nil {
 				recvErr <- err
 				return
 			}
-			if err := send(sid, ttl); err != nil {
+			if err := send(ans); err != nil {
 				recvErr <- err
 				return
 			}
@@ -174,7 +174,7 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		case req := <-reqs:
 			if err := ka.Send(ctx, req.GetSessionId()); err != nil {
 				if errors.Is(err, arbiter.ErrSessionNotFound) {
-					if err := send(req.GetSessionId(), 0); err != nil {
+					if err := send(arbiter.KeepAliveAnswer{Session: req.GetSessionId()}); err != nil {
 						return err
 					}
 					continue
