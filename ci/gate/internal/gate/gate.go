@@ -1,0 +1,361 @@
+// Package gate is the release gate: it runs a 3-member etcd cluster, lockd
+// arbiters and worker processes as separate OS processes, injects faults
+// while the workers take locks and write a fenced register, and checks the
+// recorded history with Porcupine. One violation fails the gate.
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockd-dev/lockd/ci/gate/internal/check"
+	"github.com/lockd-dev/lockd/ci/gate/internal/cluster"
+	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+	"github.com/lockd-dev/lockd/ci/gate/internal/register"
+)
+
+// The gate's lock namespace, class and TTL.
+const (
+	Namespace = "gate"
+	ClassName = "fenced"
+	TTL       = 5 * time.Second
+	operator  = "spiffe://gate.local/operator"
+)
+
+// Errors.
+var (
+	ErrViolation = errors.New("gate: violations found")
+	ErrTooLittle = errors.New("gate: too little work")
+	ErrExpected  = errors.New("gate: a violation was expected and none was found")
+	ErrUsage     = errors.New("gate: usage")
+)
+
+// Options configure one gate run.
+type Options struct {
+	Duration  time.Duration
+	Faults    []string // fault kinds; see Kinds
+	Seed      uint64
+	Workers   int
+	Arbiters  int
+	Keys      int
+	Register  string // auto, postgres, memory
+	Postgres  string // an existing PostgreSQL URL (optional)
+	Fencing   bool   // false: the negative control, the register accepts stale tokens
+	Broken    bool   // build lockd with the grant's absence compare removed
+	Expect    bool   // expect at least one violation (controls)
+	MinGrants int
+	Artifacts string
+	Netns     string // auto, on, off
+	Out       io.Writer
+}
+
+// Summary is the run's JSON summary.
+type Summary struct {
+	Seed       uint64         `json:"seed"`
+	Duration   string         `json:"duration"`
+	Register   string         `json:"register"`
+	Fencing    bool           `json:"fencing"`
+	Broken     bool           `json:"brokenBuild"`
+	Workers    int            `json:"workers"`
+	Arbiters   int            `json:"arbiters"`
+	Keys       int            `json:"keys"`
+	Faults     int            `json:"faults"`
+	FaultKinds map[string]int `json:"faultKinds"`
+	Check      check.Result   `json:"check"`
+	Artifacts  string         `json:"artifacts"`
+	Passed     bool           `json:"passed"`
+	Reason     string         `json:"reason,omitempty"`
+}
+
+type run struct {
+	o        Options
+	dir      string
+	exe      string
+	rnd      *rand.Rand
+	cl       *cluster.Cluster
+	arbiters []*arbiter
+	workers  []*proc
+	regURL   string
+
+	stopPG  func() error
+	stopMem func()
+
+	mu       sync.Mutex
+	faults   []history.Fault
+	announce chan int // workers that just passed their check
+}
+
+// Run runs the gate and returns its summary. The error is non-nil when the
+// gate fails (violations, too little work, or a control that found none).
+func Run(ctx context.Context, o Options) (Summary, error) {
+	r := &run{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x9a7e)), announce: make(chan int, 64)}
+	s := Summary{Seed: o.Seed, Duration: o.Duration.String(), Fencing: o.Fencing, Broken: o.Broken,
+		Workers: o.Workers, Arbiters: o.Arbiters, Keys: o.Keys, FaultKinds: map[string]int{}}
+	if err := r.setup(ctx, &s); err != nil {
+		r.teardown()
+		return s, err
+	}
+	s.Artifacts = r.dir
+	r.logf("gate: running %s with faults %s (seed %d)", o.Duration, strings.Join(o.Faults, ","), o.Seed)
+	r.inject(ctx)
+	r.teardown()
+	for _, f := range r.faults {
+		s.FaultKinds[f.Kind]++
+	}
+	s.Faults = len(r.faults)
+	return s, r.verdict(&s)
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.o.Out, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+func (r *run) setup(ctx context.Context, s *Summary) error {
+	o := r.o
+	stamp := time.Now().Format("20060102-150405")
+	r.dir = filepath.Join(o.Artifacts, fmt.Sprintf("%s-seed%d", stamp, o.Seed))
+	for _, d := range []string{"bin", "lockd", "histories", "classes"} {
+		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r.exe = exe
+
+	// lockd, built from this tree (with the broken grant when asked).
+	lockd := filepath.Join(r.dir, "bin", "lockd")
+	args := []string{"build", "-o", lockd}
+	if o.Broken {
+		args = append(args, "-tags", "gate_broken_grant")
+	}
+	args = append(args, "github.com/lockd-dev/lockd/cmd/lockd")
+	r.logf("gate: go %s", strings.Join(args, " "))
+	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("gate: building lockd: %v\n%s", err, out)
+	}
+
+	// The fenced register.
+	keys := make([]string, o.Keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/k%d", Namespace, i)
+	}
+	if err := r.startRegister(ctx, keys, s); err != nil {
+		return err
+	}
+
+	// etcd.
+	useNetns := o.Netns == "on"
+	if o.Netns == "auto" {
+		if err := cluster.NetnsAvailable(); err == nil {
+			useNetns = true
+		} else if wants(o.Faults, KindLeaderIsolate) {
+			return fmt.Errorf("%w (needed by %s; run as root, or leave it out of --faults)", err, KindLeaderIsolate)
+		}
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	r.cl, err = cluster.Start(ctx, cluster.Config{Dir: filepath.Join(r.dir, "etcd"), Exe: r.exe, Netns: useNetns, Ports: ports})
+	if err != nil {
+		return err
+	}
+	r.logf("gate: etcd cluster up: %s (netns %v)", strings.Join(r.cl.Endpoints(), ","), useNetns)
+
+	// lockd arbiters.
+	if err := writeClasses(filepath.Join(r.dir, "classes"), o.Workers); err != nil {
+		return err
+	}
+	aports, err := freePorts(2 * o.Arbiters)
+	if err != nil {
+		return err
+	}
+	for i := range o.Arbiters {
+		a := &arbiter{addr: fmt.Sprintf("127.0.0.1:%d", aports[2*i]), metrics: fmt.Sprintf("127.0.0.1:%d", aports[2*i+1])}
+		a.name = fmt.Sprintf("lockd-%d", i)
+		a.bin = lockd
+		a.log = filepath.Join(r.dir, "lockd", a.name+".log")
+		a.args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
+			"--listen", a.addr, "--metrics-listen", a.metrics, "--classes", filepath.Join(r.dir, "classes"),
+			"--operators", operator, "--data-dir", filepath.Join(r.dir, "lockd", a.name), "--request-timeout", "2s"}
+		if err := a.start(); err != nil {
+			return err
+		}
+		r.arbiters = append(r.arbiters, a)
+	}
+	for _, a := range r.arbiters {
+		if err := a.waitReady(ctx, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	r.logf("gate: %d lockd arbiters ready", len(r.arbiters))
+
+	// Workers.
+	for i := range o.Workers {
+		w := &proc{name: fmt.Sprintf("worker-%d", i), bin: r.exe, log: filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.log", i))}
+		idx := i
+		w.onLine = func(line string) {
+			if strings.HasPrefix(line, "about-to-write") {
+				select {
+				case r.announce <- idx:
+				default:
+				}
+			}
+		}
+		w.args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.arbiters[i%len(r.arbiters)].addr,
+			"--identity", workerID(i), "--keys", strings.Join(keys, ","), "--class", Namespace + "/" + ClassName,
+			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
+			"--register", r.regURL, "--seed", strconv.FormatUint(o.Seed, 10)}
+		if err := w.start(); err != nil {
+			return err
+		}
+		r.workers = append(r.workers, w)
+	}
+	r.logf("gate: %d workers started", len(r.workers))
+	return nil
+}
+
+// startRegister starts the fenced register: a real PostgreSQL table, or the
+// in-process register served over HTTP.
+func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) error {
+	kind := r.o.Register
+	url := r.o.Postgres
+	if kind == "auto" {
+		kind = "memory"
+		if url != "" || postgresInstalled() {
+			kind = "postgres"
+		}
+	}
+	s.Register = kind
+	switch kind {
+	case "postgres":
+		if url == "" {
+			u, stop, err := register.StartPostgres(ctx, filepath.Join(r.dir, "postgres"))
+			if err != nil {
+				return err
+			}
+			url = u
+			r.stopPG = stop
+		}
+		if err := register.SetupPostgres(ctx, url, keys, r.o.Fencing); err != nil {
+			return err
+		}
+		r.regURL = url
+		r.logf("gate: fenced register: PostgreSQL table gate_register (fencing %v)", r.o.Fencing)
+	case "memory":
+		mem := register.NewMemory(r.o.Fencing)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: mem.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		r.stopMem = func() { _ = srv.Close() }
+		r.regURL = "http://" + l.Addr().String()
+		r.logf("gate: fenced register: in-process, served at %s (fencing %v)", r.regURL, r.o.Fencing)
+	default:
+		return fmt.Errorf("%w: --register must be auto, postgres or memory, got %q", ErrUsage, kind)
+	}
+	return nil
+}
+
+func (r *run) teardown() {
+	for _, w := range r.workers {
+		w.stop(10 * time.Second)
+	}
+	for _, a := range r.arbiters {
+		a.stop(5 * time.Second)
+	}
+	if r.cl != nil {
+		r.cl.Close()
+	}
+	if r.stopPG != nil {
+		_ = r.stopPG()
+	}
+	if r.stopMem != nil {
+		r.stopMem()
+	}
+}
+
+func (r *run) recordFault(f history.Fault) {
+	r.mu.Lock()
+	r.faults = append(r.faults, f)
+	r.mu.Unlock()
+	r.logf("fault: %s %s (%.1fs) %s", f.Kind, f.Target, float64(f.End-f.Start)/1e9, f.Note)
+}
+
+func (r *run) verdict(s *Summary) error {
+	paths, _ := filepath.Glob(filepath.Join(r.dir, "histories", "worker-*.jsonl"))
+	sort.Strings(paths)
+	ops, err := history.ParseFiles(paths)
+	if err != nil {
+		return err
+	}
+	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir})
+	if err != nil {
+		return err
+	}
+	s.Check = res
+	fb, _ := json.MarshalIndent(r.faults, "", "  ")
+	_ = os.WriteFile(filepath.Join(r.dir, "faults.json"), fb, 0o644)
+
+	var verr error
+	switch {
+	case r.o.Expect && res.Violations == 0:
+		verr = ErrExpected
+	case r.o.Expect:
+		verr = nil
+	case res.Violations > 0 || res.Inconclusive > 0:
+		verr = fmt.Errorf("%w: %d (inconclusive %d)", ErrViolation, res.Violations, res.Inconclusive)
+	case res.Grants < r.o.MinGrants:
+		verr = fmt.Errorf("%w: %d grants, at least %d needed", ErrTooLittle, res.Grants, r.o.MinGrants)
+	}
+	s.Passed = verr == nil
+	if verr != nil {
+		s.Reason = verr.Error()
+	}
+	sb, _ := json.MarshalIndent(s, "", "  ")
+	_ = os.WriteFile(filepath.Join(r.dir, "summary.json"), append(sb, '\n'), 0o644)
+	// Keep the histories, the faults, the summary and any visualisation;
+	// the stores' data is not needed to read a violation.
+	_ = os.RemoveAll(filepath.Join(r.dir, "etcd"))
+	_ = os.RemoveAll(filepath.Join(r.dir, "postgres"))
+	_ = os.RemoveAll(filepath.Join(r.dir, "bin"))
+	return verr
+}
+
+func wants(kinds []string, k string) bool {
+	for _, x := range kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// postgresInstalled reports whether this machine has PostgreSQL's server
+// binaries.
+func postgresInstalled() bool {
+	if _, err := exec.LookPath("initdb"); err == nil {
+		return true
+	}
+	m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	return len(m) > 0
+}

@@ -1,0 +1,125 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `gate: the release gate. Runs a 3-member etcd cluster, lockd arbiters and
+workers as separate processes, injects faults, and checks every recorded
+operation with Porcupine. Exit 0: no violation and enough work; 1: a
+violation, too little work, or a control that found nothing; 2: usage.
+
+Examples:
+  # The gate (about a minute), every fault kind:
+  go run ./ci/gate --duration 60s --faults all
+
+  # The long mode before a release:
+  go run ./ci/gate --duration 30m --faults all --seed 42
+
+  # Negative control: the register accepts stale tokens; must find a violation
+  go run ./ci/gate --duration 30s --faults worker-pause --fencing=false --expect-violation
+
+  # A lockd whose grant skips the absence compare; must find a violation
+  go run ./ci/gate --duration 20s --faults none --broken-build --expect-violation
+
+Flags:
+`
+
+// Main parses args, runs the gate and prints the summary line. It returns
+// the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	o := Options{Out: stdout}
+	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" or \"none\": "+strings.Join(Kinds, ", "))
+	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long workers run under faults")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the schedule and the workers (0: from the clock; printed)")
+	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
+	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
+	fs.IntVar(&o.Keys, "keys", 3, "keys the workers contend on")
+	fs.StringVar(&o.Register, "register", "auto", "fenced register: postgres, memory, or auto (postgres when installed)")
+	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the register (default: start one)")
+	fs.BoolVar(&o.Fencing, "fencing", true, "false: the register accepts writes without comparing tokens (negative control)")
+	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
+	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
+	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration)")
+	fs.StringVar(&o.Artifacts, "artifacts", "gate-artifacts", "folder for histories, summaries and visualisations")
+	fs.StringVar(&o.Netns, "netns", "auto", "network namespaces for etcd members: on, off, auto")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gate: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	switch *faults {
+	case "all":
+		o.Faults = append([]string(nil), Kinds...)
+	case "none", "":
+	default:
+		for _, k := range strings.Split(*faults, ",") {
+			if !wants(Kinds, k) {
+				fmt.Fprintf(stderr, "gate: --faults: unknown kind %q; kinds: %s\n", k, strings.Join(Kinds, ", "))
+				return 2
+			}
+			o.Faults = append(o.Faults, k)
+		}
+	}
+	if o.Netns != "auto" && o.Netns != "on" && o.Netns != "off" {
+		fmt.Fprintf(stderr, "gate: --netns must be on, off or auto, got %q\n", o.Netns)
+		return 2
+	}
+	if o.Workers < 2 || o.Arbiters < 1 || o.Keys < 1 || o.Duration <= 0 {
+		fmt.Fprintln(stderr, "gate: --workers must be at least 2, --arbiters and --keys at least 1, --duration positive")
+		return 2
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano() % 1_000_000)
+	}
+	if o.MinGrants < 0 {
+		o.MinGrants = int(o.Duration.Seconds())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := Run(ctx, o)
+	c := s.Check
+	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d register=%s fencing=%v\n",
+		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Register, s.Fencing)
+	for _, k := range Kinds {
+		if n := s.FaultKinds[k]; n > 0 {
+			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)
+		}
+	}
+	for _, d := range c.Details {
+		fmt.Fprintf(stdout, "  violation: %s\n", d)
+	}
+	for _, v := range c.Visualizations {
+		fmt.Fprintf(stdout, "  visualisation: %s\n", v)
+	}
+	if s.Artifacts != "" {
+		fmt.Fprintf(stdout, "artifacts: %s\n", s.Artifacts)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "FAIL: %v\n", err)
+		return 1
+	}
+	if o.Expect {
+		fmt.Fprintln(stdout, "PASS: the control found the violation it must find")
+	} else {
+		fmt.Fprintln(stdout, "PASS")
+	}
+	return 0
+}
