@@ -303,3 +303,36 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestClockStepForwardFencesAtOnce covers clock faults the release gate
+// cannot inject (Go reads the monotonic clock through the vDSO, so
+// libfaketime cannot move it): through the injected clock, a forward step
+// past the deadline turns CanStart false at once, and onFence runs by the
+// next keepalive tick (TTL/3). A step cannot extend a lock: the deadline
+// only moves with answered keepalives.
+func TestClockStepForwardFencesAtOnce(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	var step atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+	c := env.Client(t, lockdtest.Alice, client.WithClock(clock))
+	fenced := make(chan error, 1)
+	l, err := c.Acquire(t.Context(), "t/clock", "std", func(l *client.Lock) { fenced <- l.Err() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.CanStart() {
+		t.Fatal("CanStart false right after the grant")
+	}
+	step.Store(int64(15 * time.Second)) // the class TTL
+	if l.CanStart() {
+		t.Fatal("CanStart still true after the clock stepped past the deadline")
+	}
+	select {
+	case err := <-fenced:
+		if !errors.Is(err, client.ErrDeadline) {
+			t.Fatalf("fenced with %v, want ErrDeadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("onFence did not run after the clock stepped past the deadline")
+	}
+}
