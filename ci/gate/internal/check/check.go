@@ -42,6 +42,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type Options struct {
 	// ArtifactsDir is where the HTML visualisations of failed models are
 	// written (lock.html, register.html); empty writes none.
 	ArtifactsDir string
+	// Faults are drawn on the visualisation's timeline, in the history's
+	// monotonic time.
+	Faults []history.Fault
 }
 
 // Grant identifies one granted acquire.
@@ -385,6 +389,12 @@ func visualize(name string, model porcupine.Model, bad []porcupine.Operation, op
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 	assignClients(ops)
 	_, info := porcupine.CheckOperationsVerbose(model, ops, opt.Timeout)
+	var notes []porcupine.Annotation
+	for _, f := range opt.Faults {
+		notes = append(notes, porcupine.Annotation{Tag: "faults", Start: f.Start, End: f.End,
+			Description: f.Kind, Details: strings.TrimSpace(f.Target + " " + f.Note), BackgroundColor: "#f6c6c6"})
+	}
+	info.AddAnnotations(notes)
 	path := filepath.Join(opt.ArtifactsDir, name+".html")
 	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		return "", fmt.Errorf("check: %s visualisation: %w", name, err)

@@ -308,7 +308,7 @@ func (r *run) verdict(s *Summary) error {
 	if err != nil {
 		return err
 	}
-	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir})
+	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults})
 	if err != nil {
 		return err
 	}
