@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/lockd-dev/lockd/ci/gate/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/gate/internal/gate"
 	"github.com/lockd-dev/lockd/ci/gate/internal/worker"
+	"github.com/lockd-dev/lockd/ci/internal/cluster"
 )
 
 func main() {

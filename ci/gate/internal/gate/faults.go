@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+	"github.com/lockd-dev/lockd/ci/internal/proc"
 	"github.com/lockd-dev/lockd/pkg/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -126,20 +127,20 @@ func (r *run) fault(ctx context.Context, kind string) error {
 		if werr != nil {
 			return werr
 		}
-		f.Target, f.Start = w.name, history.Now()
+		f.Target, f.Start = w.Name, history.Now()
 		// Stopped after its CanStart() said yes and before its write: past
 		// the TTL, so another worker is granted the key meanwhile.
-		if err = w.signal(syscall.SIGSTOP); err == nil {
+		if err = w.Signal(syscall.SIGSTOP); err == nil {
 			time.Sleep(TTL + 2*time.Second)
-			err = w.signal(syscall.SIGCONT)
+			err = w.Signal(syscall.SIGCONT)
 		}
 	case KindArbiterKill:
 		a := r.arbiters[r.rnd.IntN(len(r.arbiters))]
-		f.Target, f.Start = a.name, history.Now()
-		a.kill()
+		f.Target, f.Start = a.Name, history.Now()
+		a.Kill()
 		time.Sleep(time.Duration(500+r.rnd.IntN(1000)) * time.Millisecond)
-		if err = a.start(); err == nil {
-			err = a.waitReady(ctx, 30*time.Second)
+		if err = a.Start(); err == nil {
+			err = a.WaitReady(ctx, 30*time.Second)
 		}
 	case KindRestore:
 		f.Target = "cluster"
@@ -156,7 +157,7 @@ func (r *run) fault(ctx context.Context, kind string) error {
 }
 
 // nextAnnouncer waits for a worker that has just passed its CanStart check.
-func (r *run) nextAnnouncer(ctx context.Context, d time.Duration) (*proc, error) {
+func (r *run) nextAnnouncer(ctx context.Context, d time.Duration) (*proc.Proc, error) {
 	// Drop stale announcements.
 	for {
 		select {
@@ -190,7 +191,7 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	if err := r.cl.Restore(ctx, snap); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(r.arbiters[0].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(r.arbiters[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,7 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, a := range r.arbiters {
-		if err := a.waitReady(ctx, 20*time.Second); err != nil {
+		if err := a.WaitReady(ctx, 20*time.Second); err != nil {
 			return err
 		}
 	}

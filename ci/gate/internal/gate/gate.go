@@ -23,9 +23,10 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/check"
-	"github.com/lockd-dev/lockd/ci/gate/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/gate/internal/register"
+	"github.com/lockd-dev/lockd/ci/internal/cluster"
+	"github.com/lockd-dev/lockd/ci/internal/proc"
 )
 
 // The gate's lock namespace, class and TTL.
@@ -87,8 +88,8 @@ type run struct {
 	exe      string
 	rnd      *rand.Rand
 	cl       *cluster.Cluster
-	arbiters []*arbiter
-	workers  []*proc
+	arbiters []*proc.Lockd
+	workers  []*proc.Proc
 	regURL   string
 
 	stopPG  func() error
@@ -169,7 +170,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 			return fmt.Errorf("%w (needed by %s; run as root, or leave it out of --faults)", err, KindLeaderIsolate)
 		}
 	}
-	ports, err := freePorts(6)
+	ports, err := proc.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -183,25 +184,25 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	if err := writeClasses(filepath.Join(r.dir, "classes"), o.Workers); err != nil {
 		return err
 	}
-	aports, err := freePorts(2 * o.Arbiters)
+	aports, err := proc.FreePorts(2 * o.Arbiters)
 	if err != nil {
 		return err
 	}
 	for i := range o.Arbiters {
-		a := &arbiter{addr: fmt.Sprintf("127.0.0.1:%d", aports[2*i]), metrics: fmt.Sprintf("127.0.0.1:%d", aports[2*i+1])}
-		a.name = fmt.Sprintf("lockd-%d", i)
-		a.bin = lockd
-		a.log = filepath.Join(r.dir, "lockd", a.name+".log")
-		a.args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
-			"--listen", a.addr, "--metrics-listen", a.metrics, "--classes", filepath.Join(r.dir, "classes"),
-			"--operators", operator, "--data-dir", filepath.Join(r.dir, "lockd", a.name), "--request-timeout", "2s"}
-		if err := a.start(); err != nil {
+		a := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", aports[2*i]), Metrics: fmt.Sprintf("127.0.0.1:%d", aports[2*i+1])}
+		a.Name = fmt.Sprintf("lockd-%d", i)
+		a.Bin = lockd
+		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
+		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
+			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
+			"--operators", operator, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s"}
+		if err := a.Start(); err != nil {
 			return err
 		}
 		r.arbiters = append(r.arbiters, a)
 	}
 	for _, a := range r.arbiters {
-		if err := a.waitReady(ctx, 30*time.Second); err != nil {
+		if err := a.WaitReady(ctx, 30*time.Second); err != nil {
 			return err
 		}
 	}
@@ -209,9 +210,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 
 	// Workers.
 	for i := range o.Workers {
-		w := &proc{name: fmt.Sprintf("worker-%d", i), bin: r.exe, log: filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.log", i))}
+		w := &proc.Proc{Name: fmt.Sprintf("worker-%d", i), Bin: r.exe, Log: filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.log", i))}
 		idx := i
-		w.onLine = func(line string) {
+		w.OnLine = func(line string) {
 			if strings.HasPrefix(line, "about-to-write") {
 				select {
 				case r.announce <- idx:
@@ -219,11 +220,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 				}
 			}
 		}
-		w.args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.arbiters[i%len(r.arbiters)].addr,
+		w.Args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.arbiters[i%len(r.arbiters)].Addr,
 			"--identity", workerID(i), "--keys", strings.Join(keys, ","), "--class", Namespace + "/" + ClassName,
 			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
 			"--register", r.regURL, "--seed", strconv.FormatUint(o.Seed, 10)}
-		if err := w.start(); err != nil {
+		if err := w.Start(); err != nil {
 			return err
 		}
 		r.workers = append(r.workers, w)
@@ -278,10 +279,10 @@ func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) erro
 
 func (r *run) teardown() {
 	for _, w := range r.workers {
-		w.stop(10 * time.Second)
+		w.Stop(10 * time.Second)
 	}
 	for _, a := range r.arbiters {
-		a.stop(5 * time.Second)
+		a.Stop(5 * time.Second)
 	}
 	if r.cl != nil {
 		r.cl.Close()

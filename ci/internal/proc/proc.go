@@ -1,0 +1,192 @@
+// Package proc runs the child processes of the gate and the benchmarks:
+// start, signal (kill, pause, resume), stop and restart, with output to a
+// log file, and lockd processes with a readiness wait.
+package proc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Proc is a child process that can be killed, paused and restarted.
+type Proc struct {
+	// Name names the process in errors.
+	Name string
+	// Bin and Args are the command.
+	Bin  string
+	Args []string
+	// Log receives stderr (and stdout unless OnLine is set), appended.
+	Log string
+	// OnLine, when set, receives each stdout line.
+	OnLine func(string)
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts the process (again, after it exited).
+func (p *Proc) Start() error {
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.Bin, p.Args...)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stdout io.ReadCloser
+	if p.OnLine != nil {
+		if stdout, err = cmd.StdoutPipe(); err != nil {
+			_ = logf.Close()
+			return err
+		}
+	} else {
+		cmd.Stdout = logf
+	}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("gate: start %s: %w", p.Name, err)
+	}
+	done := make(chan struct{})
+	lines := make(chan struct{})
+	if stdout != nil {
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				p.OnLine(sc.Text())
+			}
+		}()
+	} else {
+		close(lines)
+	}
+	go func() {
+		<-lines
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(done)
+	}()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("gate: %s is not running", p.Name)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Kill SIGKILLs the process and waits for it.
+func (p *Proc) Kill() {
+	_ = p.Signal(syscall.SIGCONT)
+	_ = p.Signal(syscall.SIGKILL)
+	p.Wait(0)
+}
+
+// Stop sends SIGTERM and waits up to d, then SIGKILLs.
+func (p *Proc) Stop(d time.Duration) {
+	_ = p.Signal(syscall.SIGCONT)
+	_ = p.Signal(syscall.SIGTERM)
+	if !p.Wait(d) {
+		p.Kill()
+	}
+}
+
+// Wait waits up to d (0: forever) for the process to exit.
+func (p *Proc) Wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	if d == 0 {
+		<-done
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Lockd is one lockd process.
+type Lockd struct {
+	Proc
+	// Addr is the gRPC address, Metrics the HTTP one.
+	Addr, Metrics string
+}
+
+// PID is the running process's id (0 when not running).
+func (p *Proc) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (a *Lockd) WaitReady(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	last := ""
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.Metrics+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = strings.TrimSpace(string(b))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gate: %s not ready after %s: %s", a.Name, d, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FreePorts returns n free loopback TCP ports.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	var ports []int
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
