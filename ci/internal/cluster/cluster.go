@@ -176,6 +176,17 @@ func (c *Cluster) startMember(m *Member) error {
 	return nil
 }
 
+// PID is the member's process id (0 when not running). With network
+// namespaces it is the member itself: ip netns exec replaces its process.
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil || m.cmd.Process == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 func (m *Member) signal(sig syscall.Signal) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

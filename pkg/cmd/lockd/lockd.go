@@ -163,6 +163,7 @@ SIGINT or SIGTERM stops lockd gracefully.`,
 	f.BoolVar(&opts.InsecureLoopback, "insecure-loopback", false, "TESTS ONLY: plaintext gRPC, caller identity taken unverified from a header; --listen must be loopback")
 	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
 	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
+	f.BoolVar(&opts.DebugPprof, "debug-pprof", false, "serve Go profiles at /debug/pprof/ on the metrics listener (for profiling; never expose it)")
 
 	for _, fs := range []*pflag.FlagSet{pf, f} {
 		fs.VisitAll(func(fl *pflag.Flag) {

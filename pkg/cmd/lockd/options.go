@@ -56,6 +56,8 @@ type Options struct {
 	// InsecureLoopback serves plaintext gRPC on a loopback address and
 	// trusts the identity the client asserts in a header. Tests only.
 	InsecureLoopback bool
+	// DebugPprof serves net/http/pprof on the metrics listener.
+	DebugPprof bool
 
 	// Operators are the SPIFFE IDs allowed to advance the epoch and to see
 	// the tokens of others.

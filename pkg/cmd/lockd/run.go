@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -130,8 +131,19 @@ func run(ctx context.Context, opts *Options) (err error) {
 	g := grpc.NewServer(gopts...)
 	srv := server.New(arb, identity.Extractor{Insecure: opts.InsecureLoopback}, logger.With("component", "server"))
 	srv.Register(g)
+	handler := srv.HTTPHandler(reg)
+	if opts.DebugPprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+		logger.Warn("--debug-pprof: Go profiles are served at /debug/pprof/ on " + opts.MetricsListen)
+	}
 	hs := &http.Server{
-		Handler:           srv.HTTPHandler(reg),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
 	}

@@ -1,0 +1,119 @@
+// Package result holds the benchmark's figures: what the runner measures,
+// what the report prints, saves as JSON and draws.
+package result
+
+import (
+	"sort"
+	"time"
+)
+
+// System names.
+const (
+	Raw       = "raw"
+	EtcdMutex = "etcd-mutex"
+	Lockd     = "lockd"
+	Redsync   = "redsync"
+)
+
+// Run is one benchmark run.
+type Run struct {
+	Started   time.Time   `json:"started"`
+	Machine   string      `json:"machine"` // e.g. "2 CPUs, go1.26.8 linux/amd64"
+	Mode      string      `json:"mode"`    // "embedded" (lockd's default) or "external" etcd
+	Duration  string      `json:"duration"`
+	Scenarios []*Scenario `json:"scenarios"`
+	Renewal   *Renewal    `json:"renewal,omitempty"`
+	Profiles  []string    `json:"profiles,omitempty"` // paths of lockd pprof files
+}
+
+// Scenario is one load shape measured on every system, side by side.
+type Scenario struct {
+	Name    string `json:"name"` // uncontended-w1, uncontended-w16, uncontended-w64, contended-w64, zipf-w64
+	Workers int    `json:"workers"`
+	Keys    int    `json:"keys"`
+	// Systems in the order they ran.
+	Systems []*System `json:"systems"`
+	// Ratios: "lockd/raw", "lockd/etcd-mutex" on grants per second, and
+	// "lockd-raw p50 ms" (added latency at the median).
+	Ratios map[string]float64 `json:"ratios"`
+}
+
+// System is one system's figures in one scenario.
+type System struct {
+	Name         string        `json:"name"`
+	Fencing      bool          `json:"fencing"` // false for redsync: no token a resource could check
+	Grants       int           `json:"grants"`
+	Errors       int           `json:"errors"`
+	Elapsed      time.Duration `json:"elapsed"`
+	GrantsPerSec float64       `json:"grantsPerSec"`
+	P50          time.Duration `json:"p50"`
+	P99          time.Duration `json:"p99"`
+	P999         time.Duration `json:"p999"`
+	// CDF is the latency distribution at 200 evenly spaced quantiles, for
+	// charts; the raw samples are not kept.
+	CDF []time.Duration `json:"cdf,omitempty"`
+	// LockdCPU and EtcdCPU are the cores each process used during the run
+	// (the same process on the embedded default: reported once, as lockd).
+	LockdCPU float64 `json:"lockdCPU,omitempty"`
+	EtcdCPU  float64 `json:"etcdCPU,omitempty"`
+	Skipped  string  `json:"skipped,omitempty"` // why a system did not run
+}
+
+// Summarize fills the percentiles and the CDF from grant latencies.
+func (s *System) Summarize(lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	q := func(p float64) time.Duration {
+		i := int(p * float64(len(lat)-1))
+		return lat[i]
+	}
+	s.P50, s.P99, s.P999 = q(0.50), q(0.99), q(0.999)
+	const points = 200
+	s.CDF = make([]time.Duration, points+1)
+	for i := range s.CDF {
+		s.CDF[i] = q(float64(i) / points)
+	}
+}
+
+// Find returns the named system's figures, or nil.
+func (sc *Scenario) Find(name string) *System {
+	for _, s := range sc.Systems {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Renewal is the renewal-at-scale figures: holds kept alive by keepalives
+// alone, without consensus writes.
+type Renewal struct {
+	TargetSessions int `json:"targetSessions"`
+	TargetHolds    int `json:"targetHolds"`
+	// Sessions and Holds actually opened and granted.
+	Sessions int           `json:"sessions"`
+	Holds    int           `json:"holds"`
+	TTL      time.Duration `json:"ttl"`
+	Load     time.Duration `json:"load"`   // time to open the sessions and grant the holds
+	Steady   time.Duration `json:"steady"` // how long the holds were kept alive
+	// KeepalivesSent per second by the load generator; KeepalivesAtEtcd
+	// per second renewed by etcd's lessor (etcd's own counter).
+	KeepalivesSent   float64 `json:"keepalivesSent"`
+	KeepalivesAtEtcd float64 `json:"keepalivesAtEtcd"`
+	// EtcdWritesPerSec is etcd's committed proposals per second during the
+	// steady state: renewals must not be consensus writes (~0).
+	EtcdWritesPerSec float64 `json:"etcdWritesPerSec"`
+	// FalseExpiries: sessions answered as expired, or holds missing at the
+	// end, while their keepalives were sent on time. Must be 0.
+	FalseExpiries int     `json:"falseExpiries"`
+	LockdCPU      float64 `json:"lockdCPU"`
+	EtcdCPU       float64 `json:"etcdCPU"`
+	LockdRSS      int64   `json:"lockdRSS"`
+	EtcdRSS       int64   `json:"etcdRSS"`
+	// Held reports whether the target scale was held with no false expiry;
+	// when not, Notes say where it broke.
+	Held  bool     `json:"held"`
+	Notes []string `json:"notes,omitempty"`
+}

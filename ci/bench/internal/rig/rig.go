@@ -1,0 +1,192 @@
+// Package rig starts what a benchmark runs against: ONE etcd and one lockd
+// in front of it, as separate processes. On the embedded default lockd
+// runs etcd in its own process and the other systems reach that member
+// over its client URL; with an external etcd, etcd is its own process and
+// lockd reaches it over gRPC like everyone else.
+package rig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockd-dev/lockd/ci/internal/cluster"
+	"github.com/lockd-dev/lockd/ci/internal/proc"
+)
+
+// Modes.
+const (
+	Embedded = "embedded"
+	External = "external"
+)
+
+// Namespace, class and identities the rig's classes grant.
+const (
+	Namespace = "bench"
+	Class     = "bench/std"
+	ClassTTL  = 15 * time.Second
+)
+
+// Identity is the SPIFFE ID of benchmark client i (insecure loopback
+// header); the classes grant Identities of them the bench/ prefix.
+func Identity(i int) string { return fmt.Sprintf("spiffe://bench.local/c/%d", i) }
+
+// ErrStart: the rig could not start.
+var ErrStart = errors.New("rig: start")
+
+// Config configures the rig.
+type Config struct {
+	Dir  string
+	Mode string
+	// Exe runs an etcd member when given "member" and member flags (the
+	// benchmark re-executes itself; see ci/internal/cluster).
+	Exe string
+	// Lockd is the lockd binary.
+	Lockd string
+	// Identities is how many client identities the classes grant.
+	Identities int
+	// Pprof serves lockd's profiles on its metrics listener.
+	Pprof bool
+}
+
+// Rig is the running etcd and lockd.
+type Rig struct {
+	Mode string
+	// EtcdEndpoints are etcd's client URLs (for raw clients).
+	EtcdEndpoints []string
+	Lockd         *proc.Lockd
+	etcd          *cluster.Cluster
+}
+
+// Start starts etcd and lockd and waits until lockd is ready.
+func Start(ctx context.Context, c Config) (*Rig, error) {
+	if c.Identities == 0 {
+		c.Identities = 64
+	}
+	classes := filepath.Join(c.Dir, "classes")
+	if err := WriteClasses(classes, c.Identities); err != nil {
+		return nil, err
+	}
+	ports, err := proc.FreePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	r := &Rig{Mode: c.Mode}
+	l := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	l.Name, l.Bin, l.Log = "lockd", c.Lockd, filepath.Join(c.Dir, "lockd.log")
+	l.Args = []string{"--insecure-loopback", "--listen", l.Addr, "--metrics-listen", l.Metrics,
+		"--classes", classes, "--data-dir", filepath.Join(c.Dir, "lockd"), "--log-level", "warn"}
+	if c.Pprof {
+		l.Args = append(l.Args, "--debug-pprof")
+	}
+	switch c.Mode {
+	case Embedded:
+		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+		l.Args = append(l.Args, "--etcd-client-url", client, "--etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[3]))
+		r.EtcdEndpoints = []string{client}
+	case External:
+		cl, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(c.Dir, "etcd"), Exe: c.Exe, Members: 1, Ports: ports[2:4]})
+		if err != nil {
+			return nil, err
+		}
+		r.etcd = cl
+		r.EtcdEndpoints = cl.Endpoints()
+		l.Args = append(l.Args, "--etcd-endpoints", strings.Join(r.EtcdEndpoints, ","))
+	default:
+		return nil, fmt.Errorf("%w: mode must be %s or %s, got %q", ErrStart, Embedded, External, c.Mode)
+	}
+	r.Lockd = l
+	if err := l.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := l.WaitReady(ctx, 60*time.Second); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("%w: %w (see %s)", ErrStart, err, l.Log)
+	}
+	return r, nil
+}
+
+// LockdPID and EtcdPID are the processes to measure; on the embedded
+// default they are the same process.
+func (r *Rig) LockdPID() int { return r.Lockd.PID() }
+
+// EtcdPID is etcd's process id (lockd's on the embedded default).
+func (r *Rig) EtcdPID() int {
+	if r.etcd == nil {
+		return r.Lockd.PID()
+	}
+	return r.etcd.Members[0].PID()
+}
+
+// Close stops lockd and etcd.
+func (r *Rig) Close() {
+	if r.Lockd != nil {
+		r.Lockd.Stop(10 * time.Second)
+	}
+	if r.etcd != nil {
+		r.etcd.Close()
+	}
+}
+
+// WriteClasses writes the benchmark's class (fenced, 15 s TTL: keepalives
+// every 5 s, as the seed sizes them) and a grant of bench/ to each identity.
+func WriteClasses(dir string, identities int) error {
+	if err := os.MkdirAll(filepath.Join(dir, Namespace), 0o755); err != nil {
+		return err
+	}
+	cls := fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata:
+  name: std
+  namespace: %s
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: %s
+  tier: entity
+  resource: bench
+`, Namespace, ClassTTL)
+	var b strings.Builder
+	for i := range identities {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		fmt.Fprintf(&b, "apiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata:\n  name: c%d\n  namespace: %s\nspec:\n  spiffeID: %s\n  prefixes: [\"%s/\"]\n",
+			i, Namespace, Identity(i), Namespace)
+	}
+	if err := os.WriteFile(filepath.Join(dir, Namespace, "classes.yaml"), []byte(cls), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, Namespace, "grants.yaml"), []byte(b.String()), 0o644)
+}
+
+// Usage is a process's CPU time and resident memory.
+type Usage struct {
+	CPU time.Duration
+	RSS int64
+}
+
+// ReadUsage reads /proc for pid.
+func ReadUsage(pid int) (Usage, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Usage{}, err
+	}
+	// Fields after the command (which may hold spaces) start after ")".
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 22 {
+		return Usage{}, fmt.Errorf("rig: short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	rssPages, _ := strconv.ParseInt(f[21], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	return Usage{CPU: time.Duration(ut+st) * time.Second / hz, RSS: rssPages * int64(os.Getpagesize())}, nil
+}
