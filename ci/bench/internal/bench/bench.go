@@ -1,0 +1,371 @@
+// Package bench runs lockd side by side with a raw etcd Txn lock, etcd's
+// concurrency.Mutex and Redis redsync against ONE etcd (and one Redis) in
+// the same run, and lockd's renewal at the seed's scale. Absolute figures
+// on shared machines are noise; same-run ratios are not.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/lockd-dev/lockd/ci/bench/internal/renewal"
+	"github.com/lockd-dev/lockd/ci/bench/internal/report"
+	"github.com/lockd-dev/lockd/ci/bench/internal/result"
+	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
+	"github.com/lockd-dev/lockd/ci/internal/proc"
+)
+
+// Options configure a run.
+type Options struct {
+	Modes     []string // rig.Embedded, rig.External
+	Duration  time.Duration
+	Scenarios []string
+	Systems   []string
+	Out       string
+	Profile   bool
+	// Renewal at scale; Sessions 0 skips it.
+	RenewalSessions, RenewalHolds int
+	RenewalSteady                 time.Duration
+	Log                           io.Writer
+}
+
+// Scenario names.
+var AllScenarios = []string{"uncontended-w1", "uncontended-w16", "uncontended-w64", "contended-w64", "zipf-w64"}
+
+// AllSystems in the order they run in each scenario.
+var AllSystems = []string{result.Raw, result.EtcdMutex, result.Lockd, result.Redsync}
+
+// ErrUsage: bad options.
+var ErrUsage = errors.New("bench: usage")
+
+type scenario struct {
+	name    string
+	workers int
+	keys    int
+	key     func(worker int, rnd *rand.Rand) string
+}
+
+func scenarioNamed(name string) (scenario, error) {
+	own := func(w int, _ *rand.Rand) string { return fmt.Sprintf("u/%d", w) }
+	switch name {
+	case "uncontended-w1":
+		return scenario{name, 1, 1, own}, nil
+	case "uncontended-w16":
+		return scenario{name, 16, 16, own}, nil
+	case "uncontended-w64":
+		return scenario{name, 64, 64, own}, nil
+	case "contended-w64":
+		return scenario{name, 64, 1, func(int, *rand.Rand) string { return "c" }}, nil
+	case "zipf-w64":
+		const keys = 1000
+		return scenario{name, 64, keys, nil}, nil
+	}
+	return scenario{}, fmt.Errorf("%w: unknown scenario %q; scenarios: %v", ErrUsage, name, AllScenarios)
+}
+
+// Run runs the benchmark and writes the report; it returns the run.
+func Run(ctx context.Context, o Options) ([]*result.Run, error) {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	lockd := filepath.Join(o.Out, "bin", "lockd")
+	logf(o.Log, "building lockd")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("bench: building lockd: %v\n%s", err, out)
+	}
+	redisAddr, stopRedis, redisWhy := startRedis(o.Out, wants(o.Systems, result.Redsync))
+	defer stopRedis()
+
+	var runs []*result.Run
+	for mi, mode := range o.Modes {
+		run := &result.Run{Started: time.Now().UTC(), Mode: mode, Duration: o.Duration.String(),
+			Machine: fmt.Sprintf("%d CPUs, %s %s/%s", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH)}
+		dir := filepath.Join(o.Out, mode)
+		r, err := rig.Start(ctx, rig.Config{Dir: dir, Mode: mode, Exe: exe, Lockd: lockd, Identities: 64, Pprof: o.Profile})
+		if err != nil {
+			return runs, err
+		}
+		logf(o.Log, "%s: etcd %v, lockd %s", mode, r.EtcdEndpoints, r.Lockd.Addr)
+		for _, name := range o.Scenarios {
+			sc, err := scenarioNamed(name)
+			if err != nil {
+				r.Close()
+				return runs, err
+			}
+			out := &result.Scenario{Name: sc.name, Workers: sc.workers, Keys: sc.keys, Ratios: map[string]float64{}}
+			for _, sys := range o.Systems {
+				var prof *profiler
+				if o.Profile && sys == result.Lockd && sc.name == "uncontended-w64" {
+					prof = startProfile(r.Lockd.Metrics, filepath.Join(o.Out, mode+"-lockd"), o.Duration)
+				}
+				s := measure(ctx, o, r, sc, sys, redisAddr, redisWhy)
+				if prof != nil {
+					run.Profiles = append(run.Profiles, prof.finish()...)
+				}
+				logf(o.Log, "%s %-16s %-10s %8.0f grants/s  p50 %-9s p99 %-9s errors %d %s", mode, sc.name, sys,
+					s.GrantsPerSec, s.P50.Round(time.Microsecond), s.P99.Round(time.Microsecond), s.Errors, s.Skipped)
+				out.Systems = append(out.Systems, s)
+			}
+			ratios(out)
+			run.Scenarios = append(run.Scenarios, out)
+		}
+		if o.RenewalSessions > 0 && mi == len(o.Modes)-1 {
+			logf(o.Log, "%s: renewal at scale: %d sessions, %d holds, %s steady", mode, o.RenewalSessions, o.RenewalHolds, o.RenewalSteady)
+			ren, err := renewal.Run(ctx, renewal.Config{Addr: r.Lockd.Addr, EtcdURL: r.EtcdEndpoints[0],
+				LockdPID: r.LockdPID(), EtcdPID: r.EtcdPID(), Identities: 64, Sessions: o.RenewalSessions,
+				Holds: o.RenewalHolds, Steady: o.RenewalSteady, Log: o.Log})
+			if err != nil {
+				logf(o.Log, "renewal: %v", err)
+			}
+			run.Renewal = ren
+		}
+		r.Close()
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// Report prints the table and writes JSON and charts for each run.
+func Report(w io.Writer, out string, runs []*result.Run) error {
+	for _, run := range runs {
+		report.Table(w, run)
+		dir := filepath.Join(out, run.Mode)
+		if err := report.WriteJSON(filepath.Join(dir, "result.json"), run); err != nil {
+			return err
+		}
+		charts, err := report.Charts(filepath.Join(dir, "charts"), run)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\n%s: %s, %d charts in %s\n", run.Mode, filepath.Join(dir, "result.json"), len(charts), filepath.Join(dir, "charts"))
+		for _, p := range run.Profiles {
+			fmt.Fprintf(w, "profile: %s  (go tool pprof -top %s)\n", p, p)
+		}
+	}
+	return nil
+}
+
+func ratios(sc *result.Scenario) {
+	l, raw, mu := sc.Find(result.Lockd), sc.Find(result.Raw), sc.Find(result.EtcdMutex)
+	if l == nil || l.Skipped != "" {
+		return
+	}
+	if raw != nil && raw.Skipped == "" && raw.GrantsPerSec > 0 {
+		sc.Ratios["lockd/raw"] = l.GrantsPerSec / raw.GrantsPerSec
+		sc.Ratios["lockd-raw p50 ms"] = float64(l.P50-raw.P50) / float64(time.Millisecond)
+	}
+	if mu != nil && mu.Skipped == "" && mu.GrantsPerSec > 0 {
+		sc.Ratios["lockd/etcd-mutex"] = l.GrantsPerSec / mu.GrantsPerSec
+	}
+}
+
+func newSystem(name string, r *rig.Rig, redisAddr, redisWhy string) (system, string, error) {
+	switch name {
+	case result.Raw:
+		s, err := newRaw(r.EtcdEndpoints)
+		return s, "", err
+	case result.EtcdMutex:
+		s, err := newMutex(r.EtcdEndpoints)
+		return s, "", err
+	case result.Lockd:
+		return &lockdSystem{addr: r.Lockd.Addr}, "", nil
+	case result.Redsync:
+		if redisAddr == "" {
+			return nil, redisWhy, nil
+		}
+		return newRedsync(redisAddr), "", nil
+	}
+	return nil, "", fmt.Errorf("%w: unknown system %q; systems: %v", ErrUsage, name, AllSystems)
+}
+
+// measure runs one system in one scenario for the run's duration: each
+// worker takes a key, records the time to the grant, and releases at once.
+func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redisAddr, redisWhy string) *result.System {
+	out := &result.System{Name: name, Fencing: name != result.Redsync}
+	sys, skip, err := newSystem(name, r, redisAddr, redisWhy)
+	if err != nil || skip != "" {
+		out.Skipped = skip
+		if err != nil {
+			out.Skipped = err.Error()
+		}
+		return out
+	}
+	defer sys.close()
+	lockers := make([]locker, sc.workers)
+	for i := range lockers {
+		if lockers[i], err = sys.worker(ctx, i); err != nil {
+			out.Skipped = fmt.Sprintf("worker %d: %v", i, err)
+			for _, l := range lockers[:i] {
+				l.close()
+			}
+			return out
+		}
+	}
+	defer func() {
+		for _, l := range lockers {
+			l.close()
+		}
+	}()
+	lu0, _ := rig.ReadUsage(r.LockdPID())
+	eu0, _ := rig.ReadUsage(r.EtcdPID())
+	start := time.Now()
+	deadline := start.Add(o.Duration)
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	for i, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(i), 42))
+			zipf := rand.NewZipf(rnd, 1.1, 1, uint64(sc.keys-1))
+			var lat []time.Duration
+			var errs int
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				key := ""
+				if sc.key != nil {
+					key = sc.key(i, rnd)
+				} else {
+					key = fmt.Sprintf("z/%d", zipf.Uint64())
+				}
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				t0 := time.Now()
+				release, err := l.lock(cctx, key)
+				d := time.Since(t0)
+				if err != nil {
+					cancel()
+					errs++
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				lat = append(lat, d)
+				if err := release(cctx); err != nil {
+					errs++
+				}
+				cancel()
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			out.Errors += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	out.Elapsed = time.Since(start)
+	lu1, _ := rig.ReadUsage(r.LockdPID())
+	eu1, _ := rig.ReadUsage(r.EtcdPID())
+	out.Grants = len(all)
+	out.GrantsPerSec = float64(out.Grants) / out.Elapsed.Seconds()
+	out.LockdCPU = (lu1.CPU - lu0.CPU).Seconds() / out.Elapsed.Seconds()
+	if r.EtcdPID() != r.LockdPID() {
+		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
+	}
+	out.Summarize(all)
+	return out
+}
+
+// profiler takes lockd's CPU profile while a run goes on, then its
+// allocation profile.
+type profiler struct {
+	prefix string
+	done   chan []string
+}
+
+func startProfile(metrics, prefix string, d time.Duration) *profiler {
+	p := &profiler{prefix: prefix, done: make(chan []string, 1)}
+	secs := max(1, int(d.Seconds())-1)
+	go func() {
+		var paths []string
+		if err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metrics, secs), prefix+"-cpu.pprof"); err == nil {
+			paths = append(paths, prefix+"-cpu.pprof")
+		}
+		p.done <- paths
+	}()
+	return p
+}
+
+func (p *profiler) finish() []string {
+	paths := <-p.done
+	return paths
+}
+
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// startRedis starts a local redis-server for redsync, or says why not.
+func startRedis(out string, want bool) (addr string, stop func(), why string) {
+	stop = func() {}
+	if !want {
+		return "", stop, "not selected"
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", stop, "redis-server is not installed (apt-get install -y redis-server)"
+	}
+	ports, err := proc.FreePorts(1)
+	if err != nil {
+		return "", stop, err.Error()
+	}
+	addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p := &proc.Proc{Name: "redis-server", Bin: bin, Log: filepath.Join(out, "redis.log"),
+		Args: []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(ports[0]), "--save", "", "--appendonly", "no"}}
+	if err := p.Start(); err != nil {
+		return "", stop, err.Error()
+	}
+	for range 100 {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			_ = c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addr, func() { p.Stop(5 * time.Second) }, ""
+}
+
+func wants(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func logf(w io.Writer, format string, args ...any) {
+	if w == nil {
+		return
+	}
+	fmt.Fprintf(w, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

@@ -1,0 +1,258 @@
+// Package report prints, saves and draws a benchmark run: an aligned table
+// for the terminal, Markdown tables for docs/performance.md, indented JSON
+// and PNG charts.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockd-dev/lockd/ci/bench/internal/result"
+)
+
+// Table writes run as plain-text tables aligned for a terminal: the run's
+// header line, one block per scenario with its ratios, then the renewal
+// block when there is one. Skipped systems show their reason instead of
+// figures.
+func Table(w io.Writer, run *result.Run) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header(run))
+	for _, sc := range run.Scenarios {
+		fmt.Fprintf(tw, "\n%s\n", scenarioTitle(sc))
+		fmt.Fprintln(tw, "  system\tgrants/s\tp50\tp99\tp99.9\terrors\tCPU (cores)\tfencing")
+		for _, s := range sc.Systems {
+			if s.Skipped != "" {
+				// The reason is the line's last cell: it does not widen
+				// the columns.
+				fmt.Fprintf(tw, "  %s\tskipped: %s\n", Label(s), s.Skipped)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n",
+				Label(s), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
+				s.Errors, pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+		}
+		if r := ratios(sc.Ratios); r != "" {
+			fmt.Fprintf(tw, "  ratios: %s\n", r)
+		}
+	}
+	if rn := run.Renewal; rn != nil {
+		fmt.Fprintln(tw, "\nrenewal at scale")
+		for _, row := range renewalRows(rn) {
+			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
+		}
+		for i, n := range rn.Notes {
+			key := ""
+			if i == 0 {
+				key = "notes"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\n", key, n)
+		}
+	}
+	tw.Flush()
+}
+
+// Markdown writes the same content as Table as Markdown: a header line,
+// one table per scenario followed by its ratios, and the renewal table.
+func Markdown(w io.Writer, run *result.Run) {
+	fmt.Fprintf(w, "%s\n", header(run))
+	for _, sc := range run.Scenarios {
+		fmt.Fprintf(w, "\n### %s\n\n", scenarioTitle(sc))
+		fmt.Fprintln(w, "| system | grants/s | p50 | p99 | p99.9 | errors | CPU (cores) | fencing |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|---|")
+		for _, s := range sc.Systems {
+			if s.Skipped != "" {
+				fmt.Fprintf(w, "| %s | skipped: %s | – | – | – | – | – | – |\n",
+					mdEscape(Label(s)), mdEscape(s.Skipped))
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s |\n",
+				mdEscape(Label(s)), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
+				s.Errors, pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+		}
+		if r := ratios(sc.Ratios); r != "" {
+			fmt.Fprintf(w, "\nRatios: %s\n", r)
+		}
+	}
+	if rn := run.Renewal; rn != nil {
+		fmt.Fprint(w, "\n### Renewal at scale\n\n")
+		fmt.Fprintln(w, "| measure | value |")
+		fmt.Fprintln(w, "|---|---|")
+		for _, row := range renewalRows(rn) {
+			fmt.Fprintf(w, "| %s | %s |\n", row[0], mdEscape(row[1]))
+		}
+		if len(rn.Notes) > 0 {
+			fmt.Fprintln(w, "\nNotes:")
+			fmt.Fprintln(w)
+			for _, n := range rn.Notes {
+				fmt.Fprintf(w, "- %s\n", n)
+			}
+		}
+	}
+}
+
+// WriteJSON saves run to path as indented JSON.
+func WriteJSON(path string, run *result.Run) error {
+	b, err := json.MarshalIndent(run, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: encode run: %w", err)
+	}
+	b = append(b, '\n')
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// Label is the name a system is printed and drawn under. redsync hands out
+// no fencing token, so it is always labelled "redsync (no fencing)"; so is
+// any other system that ran without one.
+func Label(s *result.System) string {
+	if s.Name == result.Redsync || (!s.Fencing && s.Skipped == "") {
+		return s.Name + " (no fencing)"
+	}
+	return s.Name
+}
+
+// fences reports whether the system hands out a fencing token; redsync
+// never does, whatever its Fencing flag says.
+func fences(s *result.System) bool {
+	return s.Fencing && s.Name != result.Redsync
+}
+
+func header(run *result.Run) string {
+	started := "-"
+	if !run.Started.IsZero() {
+		started = run.Started.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return fmt.Sprintf("machine: %s; mode: %s; duration: %s; started: %s",
+		orDash(run.Machine), orDash(run.Mode), orDash(run.Duration), started)
+}
+
+func scenarioTitle(sc *result.Scenario) string {
+	workers := "workers"
+	if sc.Workers == 1 {
+		workers = "worker"
+	}
+	keys := "keys"
+	if sc.Keys == 1 {
+		keys = "key"
+	}
+	return fmt.Sprintf("%s (%d %s, %d %s)", sc.Name, sc.Workers, workers, sc.Keys, keys)
+}
+
+// ratioOrder is the order the known ratios print in; others follow sorted.
+var ratioOrder = []string{"lockd/raw", "lockd/etcd-mutex", "lockd-raw p50 ms"}
+
+// ratios formats a scenario's ratios on one line: grants/s ratios as
+// "0.92x", keys ending in " ms" as a signed difference in milliseconds.
+func ratios(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for _, k := range ratioOrder {
+		if _, ok := m[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	var rest []string
+	for k := range m {
+		if !slices.Contains(ratioOrder, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	keys = append(keys, rest...)
+
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if name, ok := strings.CutSuffix(k, " ms"); ok {
+			parts = append(parts, fmt.Sprintf("%s %+.2f ms", name, m[k]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.2fx", k, m[k]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func renewalRows(rn *result.Renewal) [][2]string {
+	const mib = 1 << 20
+	return [][2]string{
+		{"sessions", fmt.Sprintf("%d of %d target", rn.Sessions, rn.TargetSessions)},
+		{"holds", fmt.Sprintf("%d of %d target", rn.Holds, rn.TargetHolds)},
+		{"TTL", span(rn.TTL)},
+		{"load time", span(rn.Load)},
+		{"steady", span(rn.Steady)},
+		{"keepalives/s", fmt.Sprintf("sent %.1f, at etcd %.1f", rn.KeepalivesSent, rn.KeepalivesAtEtcd)},
+		{"etcd writes/s (steady)", fmt.Sprintf("%.2f", rn.EtcdWritesPerSec)},
+		{"false expiries", fmt.Sprintf("%d", rn.FalseExpiries)},
+		{"CPU (cores)", pair(rn.LockdCPU, rn.EtcdCPU, "%.2f")},
+		{"RSS (MiB)", pair(float64(rn.LockdRSS)/mib, float64(rn.EtcdRSS)/mib, "%.0f")},
+		{"held", yesNo(rn.Held)},
+	}
+}
+
+// latency formats a grant latency: microseconds below 1 ms ("850 µs"),
+// milliseconds with two decimals above ("1.23 ms"), "-" when unmeasured.
+func latency(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	if us := float64(d) / float64(time.Microsecond); us < 999.5 {
+		return fmt.Sprintf("%.0f µs", us)
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// span formats a longer duration (TTL, load, steady state).
+func span(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+func rate(r float64) string {
+	if r >= 100 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+// pair formats a lockd/etcd pair of figures, leaving out a zero one (on
+// the embedded default both run in one process, reported as lockd).
+func pair(lockd, etcd float64, format string) string {
+	var parts []string
+	if lockd > 0 {
+		parts = append(parts, "lockd "+fmt.Sprintf(format, lockd))
+	}
+	if etcd > 0 {
+		parts = append(parts, "etcd "+fmt.Sprintf(format, etcd))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func mdEscape(s string) string {
+	return strings.ReplaceAll(s, "|", `\|`)
+}
