@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -113,9 +114,21 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 				if o.Profile && sys == result.Lockd && sc.name == "uncontended-w64" {
 					prof = startProfile(r.Lockd.Metrics, filepath.Join(o.Out, mode+"-lockd"), o.Duration)
 				}
+				var clientProf *os.File
+				if prof != nil {
+					// The load generator's own profile: the client side of lockd.
+					if clientProf, err = os.Create(filepath.Join(o.Out, mode+"-client-cpu.pprof")); err == nil {
+						_ = pprof.StartCPUProfile(clientProf)
+					}
+				}
 				s := measure(ctx, o, r, sc, sys, redisAddr, redisWhy)
 				if prof != nil {
 					run.Profiles = append(run.Profiles, prof.finish()...)
+				}
+				if clientProf != nil {
+					pprof.StopCPUProfile()
+					_ = clientProf.Close()
+					run.Profiles = append(run.Profiles, clientProf.Name())
 				}
 				logf(o.Log, "%s %-16s %-10s %8.0f grants/s  p50 %-9s p99 %-9s errors %d %s", mode, sc.name, sys,
 					s.GrantsPerSec, s.P50.Round(time.Microsecond), s.P99.Round(time.Microsecond), s.Errors, s.Skipped)
@@ -174,7 +187,7 @@ func ratios(sc *result.Scenario) {
 	}
 }
 
-func newSystem(name string, r *rig.Rig, redisAddr, redisWhy string) (system, string, error) {
+func newSystem(name string, sc scenario, r *rig.Rig, redisAddr, redisWhy string) (system, string, error) {
 	switch name {
 	case result.Raw:
 		s, err := newRaw(r.EtcdEndpoints)
@@ -183,7 +196,7 @@ func newSystem(name string, r *rig.Rig, redisAddr, redisWhy string) (system, str
 		s, err := newMutex(r.EtcdEndpoints)
 		return s, "", err
 	case result.Lockd:
-		return &lockdSystem{addr: r.Lockd.Addr}, "", nil
+		return &lockdSystem{addr: r.Lockd.Addr, shared: sc.keys == sc.workers}, "", nil
 	case result.Redsync:
 		if redisAddr == "" {
 			return nil, redisWhy, nil
@@ -197,7 +210,7 @@ func newSystem(name string, r *rig.Rig, redisAddr, redisWhy string) (system, str
 // worker takes a key, records the time to the grant, and releases at once.
 func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redisAddr, redisWhy string) *result.System {
 	out := &result.System{Name: name, Fencing: name != result.Redsync}
-	sys, skip, err := newSystem(name, r, redisAddr, redisWhy)
+	sys, skip, err := newSystem(name, sc, r, redisAddr, redisWhy)
 	if err != nil || skip != "" {
 		out.Skipped = skip
 		if err != nil {
@@ -282,12 +295,13 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 // profiler takes lockd's CPU profile while a run goes on, then its
 // allocation profile.
 type profiler struct {
-	prefix string
+	metrics string
+	prefix  string
 	done   chan []string
 }
 
 func startProfile(metrics, prefix string, d time.Duration) *profiler {
-	p := &profiler{prefix: prefix, done: make(chan []string, 1)}
+	p := &profiler{metrics: metrics, prefix: prefix, done: make(chan []string, 1)}
 	secs := max(1, int(d.Seconds())-1)
 	go func() {
 		var paths []string
@@ -301,6 +315,9 @@ func startProfile(metrics, prefix string, d time.Duration) *profiler {
 
 func (p *profiler) finish() []string {
 	paths := <-p.done
+	if err := fetch(fmt.Sprintf("http://%s/debug/pprof/allocs", p.metrics), p.prefix+"-allocs.pprof"); err == nil {
+		paths = append(paths, p.prefix+"-allocs.pprof")
+	}
 	return paths
 }
 

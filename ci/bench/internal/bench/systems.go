@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -144,11 +145,38 @@ func (l *mutexLocker) lock(ctx context.Context, key string) (func(context.Contex
 
 // ---- lockd through pkg/client ----
 
-type lockdSystem struct{ addr string }
+// lockdSystem runs workers through pkg/client. With shared set (workers
+// on their own keys) all workers are one process's goroutines: one client,
+// one identity, one connection and one session, as a service would run
+// it, and as the raw and Mutex workers share one etcd client. Workers that
+// contend for keys are separate processes: a client each.
+type lockdSystem struct {
+	addr   string
+	shared bool
 
-func (s *lockdSystem) close() {}
+	mu  sync.Mutex
+	one *client.Client
+}
+
+func (s *lockdSystem) close() {
+	if s.one != nil {
+		_ = s.one.Close()
+	}
+}
 
 func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
+	if s.shared {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.one == nil {
+			c, err := client.New(client.WithTarget(s.addr), client.WithInsecureIdentity(rig.Identity(0)))
+			if err != nil {
+				return nil, err
+			}
+			s.one = c
+		}
+		return &lockdLocker{c: s.one, shared: true}, nil
+	}
 	c, err := client.New(client.WithTarget(s.addr), client.WithInsecureIdentity(rig.Identity(i)))
 	if err != nil {
 		return nil, err
@@ -156,9 +184,16 @@ func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
 	return &lockdLocker{c: c}, nil
 }
 
-type lockdLocker struct{ c *client.Client }
+type lockdLocker struct {
+	c      *client.Client
+	shared bool
+}
 
-func (l *lockdLocker) close() { _ = l.c.Close() }
+func (l *lockdLocker) close() {
+	if !l.shared {
+		_ = l.c.Close()
+	}
+}
 
 func (l *lockdLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
 	lk, err := l.c.Acquire(ctx, rig.Namespace+"/"+key, rig.Class, func(*client.Lock) {}, client.Wait(time.Minute))
@@ -182,7 +217,9 @@ func newRedsync(addr string) *redsyncSystem {
 
 func (s *redsyncSystem) close() { _ = s.rdb.Close() }
 
-func (s *redsyncSystem) worker(context.Context, int) (locker, error) { return &redsyncLocker{rs: s.rs}, nil }
+func (s *redsyncSystem) worker(context.Context, int) (locker, error) {
+	return &redsyncLocker{rs: s.rs}, nil
+}
 
 type redsyncLocker struct{ rs *redsync.Redsync }
 
