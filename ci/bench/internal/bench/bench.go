@@ -297,7 +297,7 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 type profiler struct {
 	metrics string
 	prefix  string
-	done   chan []string
+	done    chan []string
 }
 
 func startProfile(metrics, prefix string, d time.Duration) *profiler {
