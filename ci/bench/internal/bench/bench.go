@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type Options struct {
 	Systems   []string
 	Out       string
 	Profile   bool
+	// ProfileScenario is the scenario whose lockd run is profiled.
+	ProfileScenario string
 	// Renewal at scale; Sessions 0 skips it.
 	RenewalSessions, RenewalHolds int
 	RenewalSteady                 time.Duration
@@ -109,27 +112,39 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 				return runs, err
 			}
 			out := &result.Scenario{Name: sc.name, Workers: sc.workers, Keys: sc.keys, Ratios: map[string]float64{}}
-			for _, sys := range o.Systems {
-				var prof *profiler
-				if o.Profile && sys == result.Lockd && sc.name == "uncontended-w64" {
-					prof = startProfile(r.Lockd.Metrics, filepath.Join(o.Out, mode+"-lockd"), o.Duration)
+			// Two passes in opposite orders (ABBA), half the duration each:
+			// whatever one system leaves behind in etcd, or any drift of
+			// the machine, weighs on every system alike.
+			half := o.Duration / 2
+			parts := map[string][]measured{}
+			order := append([]string(nil), o.Systems...)
+			for pass := range 2 {
+				if pass == 1 {
+					slices.Reverse(order)
 				}
-				var clientProf *os.File
-				if prof != nil {
-					// The load generator's own profile: the client side of lockd.
-					if clientProf, err = os.Create(filepath.Join(o.Out, mode+"-client-cpu.pprof")); err == nil {
-						_ = pprof.StartCPUProfile(clientProf)
+				for _, sys := range order {
+					var prof *profiler
+					var clientProf *os.File
+					if pass == 0 && o.Profile && sys == result.Lockd && sc.name == o.ProfileScenario {
+						prof = startProfile(r.Lockd.Metrics, filepath.Join(o.Out, mode+"-"+sc.name+"-lockd"), half)
+						// The load generator's own profile: the client side of lockd.
+						if clientProf, err = os.Create(filepath.Join(o.Out, mode+"-"+sc.name+"-client-cpu.pprof")); err == nil {
+							_ = pprof.StartCPUProfile(clientProf)
+						}
+					}
+					parts[sys] = append(parts[sys], measure(ctx, half, r, sc, sys, redisAddr, redisWhy))
+					if prof != nil {
+						run.Profiles = append(run.Profiles, prof.finish()...)
+					}
+					if clientProf != nil {
+						pprof.StopCPUProfile()
+						_ = clientProf.Close()
+						run.Profiles = append(run.Profiles, clientProf.Name())
 					}
 				}
-				s := measure(ctx, o, r, sc, sys, redisAddr, redisWhy)
-				if prof != nil {
-					run.Profiles = append(run.Profiles, prof.finish()...)
-				}
-				if clientProf != nil {
-					pprof.StopCPUProfile()
-					_ = clientProf.Close()
-					run.Profiles = append(run.Profiles, clientProf.Name())
-				}
+			}
+			for _, sys := range o.Systems {
+				s := merge(sys, parts[sys])
 				logf(o.Log, "%s %-16s %-10s %8.0f grants/s  p50 %-9s p99 %-9s errors %d %s", mode, sc.name, sys,
 					s.GrantsPerSec, s.P50.Round(time.Microsecond), s.P99.Round(time.Microsecond), s.Errors, s.Skipped)
 				out.Systems = append(out.Systems, s)
@@ -208,7 +223,39 @@ func newSystem(name string, sc scenario, r *rig.Rig, redisAddr, redisWhy string)
 
 // measure runs one system in one scenario for the run's duration: each
 // worker takes a key, records the time to the grant, and releases at once.
-func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redisAddr, redisWhy string) *result.System {
+// measured is one pass of one system: its figures and its latencies.
+type measured struct {
+	sys *result.System
+	lat []time.Duration
+}
+
+// merge adds up a system's passes.
+func merge(name string, parts []measured) *result.System {
+	out := &result.System{Name: name, Fencing: name != result.Redsync}
+	var lat []time.Duration
+	var lockdCPU, etcdCPU float64
+	for _, p := range parts {
+		if p.sys.Skipped != "" {
+			out.Skipped = p.sys.Skipped
+			return out
+		}
+		out.Grants += p.sys.Grants
+		out.Errors += p.sys.Errors
+		out.Elapsed += p.sys.Elapsed
+		lockdCPU += p.sys.LockdCPU * p.sys.Elapsed.Seconds()
+		etcdCPU += p.sys.EtcdCPU * p.sys.Elapsed.Seconds()
+		lat = append(lat, p.lat...)
+	}
+	if out.Elapsed > 0 {
+		out.GrantsPerSec = float64(out.Grants) / out.Elapsed.Seconds()
+		out.LockdCPU = lockdCPU / out.Elapsed.Seconds()
+		out.EtcdCPU = etcdCPU / out.Elapsed.Seconds()
+	}
+	out.Summarize(lat)
+	return out
+}
+
+func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name, redisAddr, redisWhy string) measured {
 	out := &result.System{Name: name, Fencing: name != result.Redsync}
 	sys, skip, err := newSystem(name, sc, r, redisAddr, redisWhy)
 	if err != nil || skip != "" {
@@ -216,7 +263,7 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 		if err != nil {
 			out.Skipped = err.Error()
 		}
-		return out
+		return measured{sys: out}
 	}
 	defer sys.close()
 	lockers := make([]locker, sc.workers)
@@ -226,7 +273,7 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 			for _, l := range lockers[:i] {
 				l.close()
 			}
-			return out
+			return measured{sys: out}
 		}
 	}
 	defer func() {
@@ -237,7 +284,7 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 	lu0, _ := rig.ReadUsage(r.LockdPID())
 	eu0, _ := rig.ReadUsage(r.EtcdPID())
 	start := time.Now()
-	deadline := start.Add(o.Duration)
+	deadline := start.Add(d)
 	var mu sync.Mutex
 	var all []time.Duration
 	var wg sync.WaitGroup
@@ -288,8 +335,7 @@ func measure(ctx context.Context, o Options, r *rig.Rig, sc scenario, name, redi
 	if r.EtcdPID() != r.LockdPID() {
 		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
 	}
-	out.Summarize(all)
-	return out
+	return measured{sys: out, lat: all}
 }
 
 // profiler takes lockd's CPU profile while a run goes on, then its

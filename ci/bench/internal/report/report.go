@@ -227,10 +227,10 @@ func rate(r float64) string {
 // the embedded default both run in one process, reported as lockd).
 func pair(lockd, etcd float64, format string) string {
 	var parts []string
-	if lockd > 0 {
+	if lockd >= 0.005 { // below the printed precision: not this process
 		parts = append(parts, "lockd "+fmt.Sprintf(format, lockd))
 	}
-	if etcd > 0 {
+	if etcd >= 0.005 {
 		parts = append(parts, "etcd "+fmt.Sprintf(format, etcd))
 	}
 	if len(parts) == 0 {
