@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -178,6 +180,11 @@ func Report(w io.Writer, out string, runs []*result.Run) error {
 		}
 		charts, err := report.Charts(filepath.Join(dir, "charts"), run)
 		if err != nil {
+			return err
+		}
+		var md strings.Builder
+		report.Markdown(&md, run)
+		if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "\n%s: %s, %d charts in %s\n", run.Mode, filepath.Join(dir, "result.json"), len(charts), filepath.Join(dir, "charts"))
@@ -431,4 +438,28 @@ func logf(w io.Writer, format string, args ...any) {
 		return
 	}
 	fmt.Fprintf(w, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// Load reads the result.json files of a finished run folder, to render
+// them again (--render).
+func Load(out string) ([]*result.Run, error) {
+	var runs []*result.Run
+	for _, mode := range []string{rig.Embedded, rig.External} {
+		b, err := os.ReadFile(filepath.Join(out, mode, "result.json"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var run result.Run
+		if err := json.Unmarshal(b, &run); err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", out, err)
+		}
+		runs = append(runs, &run)
+	}
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("%w: no result.json under %s/{embedded,external}", ErrUsage, out)
+	}
+	return runs, nil
 }

@@ -31,6 +31,9 @@ Examples:
   # CI's smoke run (seconds)
   go run ./ci/bench --smoke
 
+  # Render a finished run again (table, report.md, charts)
+  go run ./ci/bench --render bench-results/full
+
 Flags:
 `
 
@@ -51,6 +54,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.RenewalHolds, "renewal-holds", 250000, "holds for the renewal run")
 	fs.DurationVar(&o.RenewalSteady, "renewal-steady", 2*time.Minute, "how long the renewal run keeps every hold alive")
 	smoke := fs.Bool("smoke", false, "a run of seconds, to keep the command from rotting (CI)")
+	render := fs.String("render", "", "render the table, report.md and charts again from a finished run's folder, without running anything")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -96,6 +100,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Out == "" {
 		o.Out = filepath.Join("bench-results", time.Now().Format("20060102-150405"))
+	}
+	if *render != "" {
+		runs, err := Load(*render)
+		if err == nil {
+			err = Report(stdout, *render, runs)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
