@@ -37,6 +37,16 @@ var (
 	ErrEpochMoved = errors.New("arbiter: epoch is not the expected one")
 	// ErrEpochExhausted: the epoch cannot advance past token.MaxEpoch.
 	ErrEpochExhausted = errors.New("arbiter: epoch exhausted")
+	// ErrNotHeld: a force-release was asked for a key nobody holds.
+	ErrNotHeld = errors.New("arbiter: key is not held")
+	// ErrForceNotFound: no pending force-release request has this id (it
+	// was approved, denied or expired).
+	ErrForceNotFound = errors.New("arbiter: no pending force-release request with this id (approved, denied or expired)")
+	// ErrSamePerson: the approver of a force-release is its requester.
+	ErrSamePerson = errors.New("arbiter: the approver must be a different operator than the requester")
+	// ErrHoldChanged: the hold was released, expired or re-granted since the
+	// force-release was requested; nothing was released. Request again.
+	ErrHoldChanged = errors.New("arbiter: the hold changed since the request; nothing was released; request again if it is still needed")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

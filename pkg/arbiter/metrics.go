@@ -31,6 +31,7 @@ type Metrics struct {
 	Holds    *prometheus.GaugeVec
 	// ExpiriesWithoutRelease counts holds that ended by session expiry.
 	ExpiriesWithoutRelease *prometheus.CounterVec
+	forceReleases          *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -69,8 +70,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ExpiriesWithoutRelease: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_expiries_without_release_total", Help: "Sessions opened here that ended by expiry rather than close."},
 			[]string{"namespace"}),
+		forceReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_force_releases_total",
+			Help: "Force-release steps by key namespace; code is requested, approved, denied, stale (the hold changed) or refused (same person)."},
+			[]string{"namespace", "code"}),
 	}
-	reg.MustRegister(m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	reg.MustRegister(m.forceReleases, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }
@@ -104,14 +109,14 @@ func Code(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, ErrInvalid):
 		return codes.InvalidArgument
-	case errors.Is(err, ErrSealed), errors.Is(err, ErrStaleToken), errors.Is(err, ErrSessionTTL),
+	case errors.Is(err, ErrSealed), errors.Is(err, ErrStaleToken), errors.Is(err, ErrSessionTTL), errors.Is(err, ErrHoldChanged),
 		errors.Is(err, ErrEpochMoved), errors.Is(err, ErrEpochExhausted):
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrLeak):
 		return codes.AlreadyExists
-	case errors.Is(err, ErrSessionNotFound):
+	case errors.Is(err, ErrSessionNotFound), errors.Is(err, ErrNotHeld), errors.Is(err, ErrForceNotFound):
 		return codes.NotFound
-	case errors.Is(err, ErrNotOperator), isDenied(err):
+	case errors.Is(err, ErrNotOperator), errors.Is(err, ErrSamePerson), isDenied(err):
 		return codes.PermissionDenied
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEpochGrace):
 		return codes.Unavailable

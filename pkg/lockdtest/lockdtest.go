@@ -33,6 +33,8 @@ const (
 	Bob      = "spiffe://test.local/bob"      // t/
 	Carol    = "spiffe://test.local/carol"    // t/carol/ only
 	Operator = "spiffe://test.local/operator" // operator, no grants
+	// Operator2 is a second operator, for two-person approvals.
+	Operator2 = "spiffe://test.local/operator-2"
 )
 
 // Classes is the test class set: namespace t with a 5s fenced class "fast"
@@ -198,7 +200,7 @@ func Start(t testing.TB, o Options) *Env {
 		reg = prometheus.NewRegistry()
 	}
 	arb, err := arbiter.New(arbiter.Config{
-		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator},
+		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator, Operator2},
 		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg),
 	}, arbiter.NewPolicy(set))
 	if err != nil {

@@ -23,6 +23,561 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ForceRelease is a pending request to release a hold by force.
+type ForceRelease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The held key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The holder's SPIFFE ID and session, as held at request time.
+	Holder    string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	SessionId int64  `protobuf:"varint,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The hold's revision at request time: approval releases only this hold.
+	HoldRevision int64 `protobuf:"varint,5,opt,name=hold_revision,json=holdRevision,proto3" json:"hold_revision,omitempty"`
+	// The hold's class ("ns/name") and its enforcement (fenced or advisory).
+	// On an advisory class a force-release can let two writers in.
+	Class       string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	Enforcement string `protobuf:"bytes,7,opt,name=enforcement,proto3" json:"enforcement,omitempty"`
+	// Who asked, and why.
+	Requester string `protobuf:"bytes,8,opt,name=requester,proto3" json:"requester,omitempty"`
+	Reason    string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Revoke the holder's whole session instead of the one hold.
+	RevokeSession bool `protobuf:"varint,10,opt,name=revoke_session,json=revokeSession,proto3" json:"revoke_session,omitempty"`
+	// When the hold was granted, when the request was made and when it
+	// expires unapproved.
+	HoldAcquiredAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=hold_acquired_at,json=holdAcquiredAt,proto3" json:"hold_acquired_at,omitempty"`
+	RequestedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	ExpiresAt      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ForceRelease) Reset() {
+	*x = ForceRelease{}
+	mi := &file_lock_v1_lock_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForceRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForceRelease) ProtoMessage() {}
+
+func (x *ForceRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForceRelease.ProtoReflect.Descriptor instead.
+func (*ForceRelease) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ForceRelease) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *ForceRelease) GetHoldRevision() int64 {
+	if x != nil {
+		return x.HoldRevision
+	}
+	return 0
+}
+
+func (x *ForceRelease) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetEnforcement() string {
+	if x != nil {
+		return x.Enforcement
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ForceRelease) GetRevokeSession() bool {
+	if x != nil {
+		return x.RevokeSession
+	}
+	return false
+}
+
+func (x *ForceRelease) GetHoldAcquiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HoldAcquiredAt
+	}
+	return nil
+}
+
+func (x *ForceRelease) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *ForceRelease) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// RequestForceReleaseRequest names the key and says why.
+type RequestForceReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The held key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Why; required.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Revoke the holder's whole session instead of the one hold.
+	RevokeSession bool `protobuf:"varint,3,opt,name=revoke_session,json=revokeSession,proto3" json:"revoke_session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestForceReleaseRequest) Reset() {
+	*x = RequestForceReleaseRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestForceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestForceReleaseRequest) ProtoMessage() {}
+
+func (x *RequestForceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestForceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RequestForceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestForceReleaseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RequestForceReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestForceReleaseRequest) GetRevokeSession() bool {
+	if x != nil {
+		return x.RevokeSession
+	}
+	return false
+}
+
+// RequestForceReleaseResponse is the pending request.
+type RequestForceReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request, with the class's enforcement.
+	ForceRelease  *ForceRelease `protobuf:"bytes,1,opt,name=force_release,json=forceRelease,proto3" json:"force_release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestForceReleaseResponse) Reset() {
+	*x = RequestForceReleaseResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestForceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestForceReleaseResponse) ProtoMessage() {}
+
+func (x *RequestForceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestForceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RequestForceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RequestForceReleaseResponse) GetForceRelease() *ForceRelease {
+	if x != nil {
+		return x.ForceRelease
+	}
+	return nil
+}
+
+// ApproveForceReleaseRequest names a pending request.
+type ApproveForceReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveForceReleaseRequest) Reset() {
+	*x = ApproveForceReleaseRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveForceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveForceReleaseRequest) ProtoMessage() {}
+
+func (x *ApproveForceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveForceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ApproveForceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ApproveForceReleaseRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ApproveForceReleaseResponse says what was released.
+type ApproveForceReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request as approved.
+	ForceRelease *ForceRelease `protobuf:"bytes,1,opt,name=force_release,json=forceRelease,proto3" json:"force_release,omitempty"`
+	// The operator who approved it.
+	Approver string `protobuf:"bytes,2,opt,name=approver,proto3" json:"approver,omitempty"`
+	// The etcd key of the force record.
+	RecordKey     string `protobuf:"bytes,3,opt,name=record_key,json=recordKey,proto3" json:"record_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveForceReleaseResponse) Reset() {
+	*x = ApproveForceReleaseResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveForceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveForceReleaseResponse) ProtoMessage() {}
+
+func (x *ApproveForceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveForceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ApproveForceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ApproveForceReleaseResponse) GetForceRelease() *ForceRelease {
+	if x != nil {
+		return x.ForceRelease
+	}
+	return nil
+}
+
+func (x *ApproveForceReleaseResponse) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *ApproveForceReleaseResponse) GetRecordKey() string {
+	if x != nil {
+		return x.RecordKey
+	}
+	return ""
+}
+
+// DenyForceReleaseRequest names a pending request.
+type DenyForceReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why (optional).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyForceReleaseRequest) Reset() {
+	*x = DenyForceReleaseRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyForceReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyForceReleaseRequest) ProtoMessage() {}
+
+func (x *DenyForceReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyForceReleaseRequest.ProtoReflect.Descriptor instead.
+func (*DenyForceReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DenyForceReleaseRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DenyForceReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DenyForceReleaseResponse is the request that was withdrawn.
+type DenyForceReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request.
+	ForceRelease  *ForceRelease `protobuf:"bytes,1,opt,name=force_release,json=forceRelease,proto3" json:"force_release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyForceReleaseResponse) Reset() {
+	*x = DenyForceReleaseResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyForceReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyForceReleaseResponse) ProtoMessage() {}
+
+func (x *DenyForceReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyForceReleaseResponse.ProtoReflect.Descriptor instead.
+func (*DenyForceReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DenyForceReleaseResponse) GetForceRelease() *ForceRelease {
+	if x != nil {
+		return x.ForceRelease
+	}
+	return nil
+}
+
+// ListForceReleasesRequest lists pending requests.
+type ListForceReleasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListForceReleasesRequest) Reset() {
+	*x = ListForceReleasesRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListForceReleasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListForceReleasesRequest) ProtoMessage() {}
+
+func (x *ListForceReleasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListForceReleasesRequest.ProtoReflect.Descriptor instead.
+func (*ListForceReleasesRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{7}
+}
+
+// ListForceReleasesResponse holds the pending requests, oldest first.
+type ListForceReleasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pending requests.
+	ForceReleases []*ForceRelease `protobuf:"bytes,1,rep,name=force_releases,json=forceReleases,proto3" json:"force_releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListForceReleasesResponse) Reset() {
+	*x = ListForceReleasesResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListForceReleasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListForceReleasesResponse) ProtoMessage() {}
+
+func (x *ListForceReleasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListForceReleasesResponse.ProtoReflect.Descriptor instead.
+func (*ListForceReleasesResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListForceReleasesResponse) GetForceReleases() []*ForceRelease {
+	if x != nil {
+		return x.ForceReleases
+	}
+	return nil
+}
+
 // Token is a fencing token: epoch<<48 | commit revision. Resources compare
 // value only; epoch and revision are decoded for diagnostics.
 type Token struct {
@@ -39,7 +594,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_lock_v1_lock_proto_msgTypes[0]
+	mi := &file_lock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +606,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[0]
+	mi := &file_lock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +619,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Token) GetValue() uint64 {
@@ -100,7 +655,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[1]
+	mi := &file_lock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -112,7 +667,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[1]
+	mi := &file_lock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -125,7 +680,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
@@ -148,7 +703,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_lock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +715,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[2]
+	mi := &file_lock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +728,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenSessionResponse) GetSessionId() int64 {
@@ -201,7 +756,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_lock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +768,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[3]
+	mi := &file_lock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +781,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveRequest) GetSessionId() int64 {
@@ -253,7 +808,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_lock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +820,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[4]
+	mi := &file_lock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +833,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeepAliveResponse) GetSessionId() int64 {
@@ -313,7 +868,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_lock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +880,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[5]
+	mi := &file_lock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +893,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -357,7 +912,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +924,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[6]
+	mi := &file_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +937,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 // DescribeClassRequest names a class.
@@ -398,7 +953,7 @@ type DescribeClassRequest struct {
 
 func (x *DescribeClassRequest) Reset() {
 	*x = DescribeClassRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +965,7 @@ func (x *DescribeClassRequest) String() string {
 func (*DescribeClassRequest) ProtoMessage() {}
 
 func (x *DescribeClassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[7]
+	mi := &file_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +978,7 @@ func (x *DescribeClassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClassRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClassRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeClassRequest) GetNamespace() string {
@@ -451,7 +1006,7 @@ type DescribeClassResponse struct {
 
 func (x *DescribeClassResponse) Reset() {
 	*x = DescribeClassResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +1018,7 @@ func (x *DescribeClassResponse) String() string {
 func (*DescribeClassResponse) ProtoMessage() {}
 
 func (x *DescribeClassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[8]
+	mi := &file_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +1031,7 @@ func (x *DescribeClassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClassResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClassResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeClassResponse) GetClass() *LockClass {
@@ -513,7 +1068,7 @@ type LockClass struct {
 
 func (x *LockClass) Reset() {
 	*x = LockClass{}
-	mi := &file_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +1080,7 @@ func (x *LockClass) String() string {
 func (*LockClass) ProtoMessage() {}
 
 func (x *LockClass) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[9]
+	mi := &file_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +1093,7 @@ func (x *LockClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockClass.ProtoReflect.Descriptor instead.
 func (*LockClass) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockClass) GetNamespace() string {
@@ -621,7 +1176,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +1188,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[10]
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +1201,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -690,7 +1245,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +1257,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[11]
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +1270,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AcquireResponse) GetToken() *Token {
@@ -747,7 +1302,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +1314,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[12]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +1327,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseRequest) GetSessionId() int64 {
@@ -807,7 +1362,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +1374,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[13]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +1387,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -853,7 +1408,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1420,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1433,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -913,7 +1468,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1480,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1493,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Hold) GetKey() string {
@@ -1012,7 +1567,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1579,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1592,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1074,7 +1629,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1641,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1654,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListHoldsRequest) GetPrefix() string {
@@ -1129,7 +1684,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1696,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1709,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -1180,7 +1735,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1747,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1760,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 // Session describes one session.
@@ -1231,7 +1786,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1798,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1811,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Session) GetSessionId() int64 {
@@ -1319,7 +1874,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1886,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1899,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -1363,7 +1918,7 @@ type EpochStatusRequest struct {
 
 func (x *EpochStatusRequest) Reset() {
 	*x = EpochStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1930,7 @@ func (x *EpochStatusRequest) String() string {
 func (*EpochStatusRequest) ProtoMessage() {}
 
 func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1943,7 @@ func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusRequest.ProtoReflect.Descriptor instead.
 func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 // EpochStatusResponse reports the epoch.
@@ -1411,7 +1966,7 @@ type EpochStatusResponse struct {
 
 func (x *EpochStatusResponse) Reset() {
 	*x = EpochStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1978,7 @@ func (x *EpochStatusResponse) String() string {
 func (*EpochStatusResponse) ProtoMessage() {}
 
 func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1991,7 @@ func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusResponse.ProtoReflect.Descriptor instead.
 func (*EpochStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EpochStatusResponse) GetEpoch() uint32 {
@@ -1487,7 +2042,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +2054,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +2067,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -1544,7 +2099,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +2111,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +2124,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -1597,7 +2152,45 @@ var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x12lock/v1/lock.proto\x12\alock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"O\n" +
+	"\x12lock/v1/lock.proto\x12\alock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x03\n" +
+	"\fForceRelease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x04 \x01(\x03R\tsessionId\x12#\n" +
+	"\rhold_revision\x18\x05 \x01(\x03R\fholdRevision\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12 \n" +
+	"\venforcement\x18\a \x01(\tR\venforcement\x12\x1c\n" +
+	"\trequester\x18\b \x01(\tR\trequester\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12%\n" +
+	"\x0erevoke_session\x18\n" +
+	" \x01(\bR\rrevokeSession\x12D\n" +
+	"\x10hold_acquired_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0eholdAcquiredAt\x12=\n" +
+	"\frequested_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"m\n" +
+	"\x1aRequestForceReleaseRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12%\n" +
+	"\x0erevoke_session\x18\x03 \x01(\bR\rrevokeSession\"Y\n" +
+	"\x1bRequestForceReleaseResponse\x12:\n" +
+	"\rforce_release\x18\x01 \x01(\v2\x15.lock.v1.ForceReleaseR\fforceRelease\",\n" +
+	"\x1aApproveForceReleaseRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x94\x01\n" +
+	"\x1bApproveForceReleaseResponse\x12:\n" +
+	"\rforce_release\x18\x01 \x01(\v2\x15.lock.v1.ForceReleaseR\fforceRelease\x12\x1a\n" +
+	"\bapprover\x18\x02 \x01(\tR\bapprover\x12\x1d\n" +
+	"\n" +
+	"record_key\x18\x03 \x01(\tR\trecordKey\"A\n" +
+	"\x17DenyForceReleaseRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
+	"\x18DenyForceReleaseResponse\x12:\n" +
+	"\rforce_release\x18\x01 \x01(\v2\x15.lock.v1.ForceReleaseR\fforceRelease\"\x1a\n" +
+	"\x18ListForceReleasesRequest\"Y\n" +
+	"\x19ListForceReleasesResponse\x12<\n" +
+	"\x0eforce_releases\x18\x01 \x03(\v2\x15.lock.v1.ForceReleaseR\rforceReleases\"O\n" +
 	"\x05Token\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\x06R\x05value\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\rR\x05epoch\x12\x1a\n" +
@@ -1712,10 +2305,14 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aRelease\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12<\n" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
 	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12K\n" +
-	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse2\xa5\x01\n" +
+	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse2\x9e\x04\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
-	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponseB1Z/github.com/lockd-dev/lockd/proto/lock/v1;lockv1b\x06proto3"
+	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
+	"\x13RequestForceRelease\x12#.lock.v1.RequestForceReleaseRequest\x1a$.lock.v1.RequestForceReleaseResponse\x12`\n" +
+	"\x13ApproveForceRelease\x12#.lock.v1.ApproveForceReleaseRequest\x1a$.lock.v1.ApproveForceReleaseResponse\x12W\n" +
+	"\x10DenyForceRelease\x12 .lock.v1.DenyForceReleaseRequest\x1a!.lock.v1.DenyForceReleaseResponse\x12Z\n" +
+	"\x11ListForceReleases\x12!.lock.v1.ListForceReleasesRequest\x1a\".lock.v1.ListForceReleasesResponseB1Z/github.com/lockd-dev/lockd/proto/lock/v1;lockv1b\x06proto3"
 
 var (
 	file_lock_v1_lock_proto_rawDescOnce sync.Once
@@ -1729,83 +2326,107 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_lock_v1_lock_proto_goTypes = []any{
-	(*Token)(nil),                 // 0: lock.v1.Token
-	(*OpenSessionRequest)(nil),    // 1: lock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 2: lock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),      // 3: lock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 4: lock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),   // 5: lock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 6: lock.v1.CloseSessionResponse
-	(*DescribeClassRequest)(nil),  // 7: lock.v1.DescribeClassRequest
-	(*DescribeClassResponse)(nil), // 8: lock.v1.DescribeClassResponse
-	(*LockClass)(nil),             // 9: lock.v1.LockClass
-	(*AcquireRequest)(nil),        // 10: lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 11: lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 12: lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 13: lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),        // 14: lock.v1.InspectRequest
-	(*Hold)(nil),                  // 15: lock.v1.Hold
-	(*InspectResponse)(nil),       // 16: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),      // 17: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),     // 18: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),   // 19: lock.v1.ListSessionsRequest
-	(*Session)(nil),               // 20: lock.v1.Session
-	(*ListSessionsResponse)(nil),  // 21: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),    // 22: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),   // 23: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),   // 24: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),  // 25: lock.v1.AdvanceEpochResponse
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*ForceRelease)(nil),                // 0: lock.v1.ForceRelease
+	(*RequestForceReleaseRequest)(nil),  // 1: lock.v1.RequestForceReleaseRequest
+	(*RequestForceReleaseResponse)(nil), // 2: lock.v1.RequestForceReleaseResponse
+	(*ApproveForceReleaseRequest)(nil),  // 3: lock.v1.ApproveForceReleaseRequest
+	(*ApproveForceReleaseResponse)(nil), // 4: lock.v1.ApproveForceReleaseResponse
+	(*DenyForceReleaseRequest)(nil),     // 5: lock.v1.DenyForceReleaseRequest
+	(*DenyForceReleaseResponse)(nil),    // 6: lock.v1.DenyForceReleaseResponse
+	(*ListForceReleasesRequest)(nil),    // 7: lock.v1.ListForceReleasesRequest
+	(*ListForceReleasesResponse)(nil),   // 8: lock.v1.ListForceReleasesResponse
+	(*Token)(nil),                       // 9: lock.v1.Token
+	(*OpenSessionRequest)(nil),          // 10: lock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),         // 11: lock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),            // 12: lock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 13: lock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),         // 14: lock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),        // 15: lock.v1.CloseSessionResponse
+	(*DescribeClassRequest)(nil),        // 16: lock.v1.DescribeClassRequest
+	(*DescribeClassResponse)(nil),       // 17: lock.v1.DescribeClassResponse
+	(*LockClass)(nil),                   // 18: lock.v1.LockClass
+	(*AcquireRequest)(nil),              // 19: lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),             // 20: lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),              // 21: lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),             // 22: lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),              // 23: lock.v1.InspectRequest
+	(*Hold)(nil),                        // 24: lock.v1.Hold
+	(*InspectResponse)(nil),             // 25: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 26: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 27: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 28: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 29: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 30: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 31: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 32: lock.v1.EpochStatusResponse
+	(*AdvanceEpochRequest)(nil),         // 33: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 34: lock.v1.AdvanceEpochResponse
+	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 36: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	26, // 0: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 1: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	26, // 2: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	9,  // 3: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	26, // 4: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	26, // 5: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	0,  // 6: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	27, // 7: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	27, // 8: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	26, // 9: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	0,  // 10: lock.v1.Hold.token:type_name -> lock.v1.Token
-	15, // 11: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	15, // 12: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	26, // 13: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	27, // 14: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	27, // 15: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	26, // 16: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	20, // 17: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	1,  // 18: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	3,  // 19: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	5,  // 20: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	7,  // 21: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	10, // 22: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	12, // 23: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	14, // 24: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	17, // 25: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	19, // 26: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 27: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	24, // 28: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	2,  // 29: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	4,  // 30: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	6,  // 31: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	8,  // 32: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	11, // 33: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	13, // 34: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	16, // 35: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	18, // 36: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	21, // 37: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 38: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	25, // 39: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	35, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	35, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	35, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	0,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	0,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	0,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
+	36, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	36, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	18, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
+	36, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	36, // 12: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	9,  // 13: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	35, // 14: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	35, // 15: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	36, // 16: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	9,  // 17: lock.v1.Hold.token:type_name -> lock.v1.Token
+	24, // 18: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	24, // 19: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	36, // 20: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	35, // 21: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	35, // 22: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	36, // 23: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	29, // 24: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	10, // 25: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	12, // 26: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	14, // 27: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	16, // 28: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	19, // 29: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	21, // 30: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	23, // 31: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	26, // 32: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	28, // 33: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	31, // 34: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	33, // 35: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	1,  // 36: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	3,  // 37: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	5,  // 38: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	7,  // 39: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	11, // 40: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	13, // 41: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	15, // 42: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	17, // 43: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	20, // 44: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	22, // 45: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	25, // 46: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	27, // 47: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	30, // 48: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	32, // 49: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	34, // 50: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	2,  // 51: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	4,  // 52: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	6,  // 53: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	8,  // 54: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -1819,7 +2440,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -464,8 +464,12 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AdminService_EpochStatus_FullMethodName  = "/lock.v1.AdminService/EpochStatus"
-	AdminService_AdvanceEpoch_FullMethodName = "/lock.v1.AdminService/AdvanceEpoch"
+	AdminService_EpochStatus_FullMethodName         = "/lock.v1.AdminService/EpochStatus"
+	AdminService_AdvanceEpoch_FullMethodName        = "/lock.v1.AdminService/AdvanceEpoch"
+	AdminService_RequestForceRelease_FullMethodName = "/lock.v1.AdminService/RequestForceRelease"
+	AdminService_ApproveForceRelease_FullMethodName = "/lock.v1.AdminService/ApproveForceRelease"
+	AdminService_DenyForceRelease_FullMethodName    = "/lock.v1.AdminService/DenyForceRelease"
+	AdminService_ListForceReleases_FullMethodName   = "/lock.v1.AdminService/ListForceReleases"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -479,6 +483,19 @@ type AdminServiceClient interface {
 	// AdvanceEpoch sets epoch E+1 bound to the store's current cluster ID and
 	// deletes every hold, in one transaction. Operators only.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
+	// RequestForceRelease asks for a held key to be released by force. It
+	// records who asks and why, and the hold as it is now; a different
+	// operator must approve it before it expires. Operators only.
+	RequestForceRelease(ctx context.Context, in *RequestForceReleaseRequest, opts ...grpc.CallOption) (*RequestForceReleaseResponse, error)
+	// ApproveForceRelease releases the requested hold in one transaction that
+	// compares the hold with the one requested, deletes it and writes a
+	// /sys/force record (kept 24 hours). With revoke_session the holder's
+	// whole session is revoked. The approver must not be the requester.
+	ApproveForceRelease(ctx context.Context, in *ApproveForceReleaseRequest, opts ...grpc.CallOption) (*ApproveForceReleaseResponse, error)
+	// DenyForceRelease withdraws or refuses a pending request.
+	DenyForceRelease(ctx context.Context, in *DenyForceReleaseRequest, opts ...grpc.CallOption) (*DenyForceReleaseResponse, error)
+	// ListForceReleases lists the pending requests.
+	ListForceReleases(ctx context.Context, in *ListForceReleasesRequest, opts ...grpc.CallOption) (*ListForceReleasesResponse, error)
 }
 
 type adminServiceClient struct {
@@ -509,6 +526,46 @@ func (c *adminServiceClient) AdvanceEpoch(ctx context.Context, in *AdvanceEpochR
 	return out, nil
 }
 
+func (c *adminServiceClient) RequestForceRelease(ctx context.Context, in *RequestForceReleaseRequest, opts ...grpc.CallOption) (*RequestForceReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestForceReleaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestForceRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ApproveForceRelease(ctx context.Context, in *ApproveForceReleaseRequest, opts ...grpc.CallOption) (*ApproveForceReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveForceReleaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_ApproveForceRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DenyForceRelease(ctx context.Context, in *DenyForceReleaseRequest, opts ...grpc.CallOption) (*DenyForceReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DenyForceReleaseResponse)
+	err := c.cc.Invoke(ctx, AdminService_DenyForceRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListForceReleases(ctx context.Context, in *ListForceReleasesRequest, opts ...grpc.CallOption) (*ListForceReleasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListForceReleasesResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListForceReleases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -520,6 +577,19 @@ type AdminServiceServer interface {
 	// AdvanceEpoch sets epoch E+1 bound to the store's current cluster ID and
 	// deletes every hold, in one transaction. Operators only.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
+	// RequestForceRelease asks for a held key to be released by force. It
+	// records who asks and why, and the hold as it is now; a different
+	// operator must approve it before it expires. Operators only.
+	RequestForceRelease(context.Context, *RequestForceReleaseRequest) (*RequestForceReleaseResponse, error)
+	// ApproveForceRelease releases the requested hold in one transaction that
+	// compares the hold with the one requested, deletes it and writes a
+	// /sys/force record (kept 24 hours). With revoke_session the holder's
+	// whole session is revoked. The approver must not be the requester.
+	ApproveForceRelease(context.Context, *ApproveForceReleaseRequest) (*ApproveForceReleaseResponse, error)
+	// DenyForceRelease withdraws or refuses a pending request.
+	DenyForceRelease(context.Context, *DenyForceReleaseRequest) (*DenyForceReleaseResponse, error)
+	// ListForceReleases lists the pending requests.
+	ListForceReleases(context.Context, *ListForceReleasesRequest) (*ListForceReleasesResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -535,6 +605,18 @@ func (UnimplementedAdminServiceServer) EpochStatus(context.Context, *EpochStatus
 }
 func (UnimplementedAdminServiceServer) AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdvanceEpoch not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestForceRelease(context.Context, *RequestForceReleaseRequest) (*RequestForceReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestForceRelease not implemented")
+}
+func (UnimplementedAdminServiceServer) ApproveForceRelease(context.Context, *ApproveForceReleaseRequest) (*ApproveForceReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveForceRelease not implemented")
+}
+func (UnimplementedAdminServiceServer) DenyForceRelease(context.Context, *DenyForceReleaseRequest) (*DenyForceReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DenyForceRelease not implemented")
+}
+func (UnimplementedAdminServiceServer) ListForceReleases(context.Context, *ListForceReleasesRequest) (*ListForceReleasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListForceReleases not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -593,6 +675,78 @@ func _AdminService_AdvanceEpoch_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_RequestForceRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestForceReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestForceRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestForceRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestForceRelease(ctx, req.(*RequestForceReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ApproveForceRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveForceReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ApproveForceRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ApproveForceRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ApproveForceRelease(ctx, req.(*ApproveForceReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DenyForceRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DenyForceReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DenyForceRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DenyForceRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DenyForceRelease(ctx, req.(*DenyForceReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListForceReleases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListForceReleasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListForceReleases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListForceReleases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListForceReleases(ctx, req.(*ListForceReleasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -607,6 +761,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AdvanceEpoch",
 			Handler:    _AdminService_AdvanceEpoch_Handler,
+		},
+		{
+			MethodName: "RequestForceRelease",
+			Handler:    _AdminService_RequestForceRelease_Handler,
+		},
+		{
+			MethodName: "ApproveForceRelease",
+			Handler:    _AdminService_ApproveForceRelease_Handler,
+		},
+		{
+			MethodName: "DenyForceRelease",
+			Handler:    _AdminService_DenyForceRelease_Handler,
+		},
+		{
+			MethodName: "ListForceReleases",
+			Handler:    _AdminService_ListForceReleases_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
