@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/epoch"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/forcerelease"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/printer"
@@ -132,5 +133,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(inspect.NewCmdInspect(f, nil))
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
+	root.AddCommand(forcerelease.NewCmdForceRelease(f))
 	return root
 }
