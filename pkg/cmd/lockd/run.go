@@ -84,7 +84,7 @@ func run(ctx context.Context, opts *Options) (err error) {
 	arb, err := arbiter.New(arbiter.Config{
 		Client:         backend.Client,
 		Leases:         backend.Leases,
-		Operators:      opts.Operators,
+		Operators:      operators(opts, logger),
 		Logger:         logger.With("component", "arbiter"),
 		Now:            opts.Now,
 		RequestTimeout: opts.RequestTimeout,
@@ -340,4 +340,20 @@ func openStore(opts *Options, dataDir string) (*store.Backend, string, error) {
 		return nil, "", err
 	}
 	return b, "external", nil
+}
+
+// DevOperators are the operators of a lockd on the development PKI when
+// --operators is not given: two, so that two-person approvals can be tried.
+// Issue their certificates with "lockd dev-cert".
+var DevOperators = []string{"spiffe://lockd.local/ops/dev-1", "spiffe://lockd.local/ops/dev-2"}
+
+// operators returns --operators, or DevOperators on the development PKI,
+// and says which.
+func operators(opts *Options, logger *slog.Logger) []string {
+	if len(opts.Operators) > 0 || !opts.devPKI() {
+		return opts.Operators
+	}
+	logger.Warn("development PKI: dev operator SVIDs stand in for operator sign-in (two people for force-release); "+
+		"issue one with: lockd dev-cert "+DevOperators[0]+" --out ./op1", "operators", DevOperators)
+	return DevOperators
 }
