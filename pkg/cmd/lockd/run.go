@@ -181,16 +181,21 @@ func run(ctx context.Context, opts *Options) (err error) {
 	lockctlPath := ""
 	if mode == "embedded" && bundle != nil {
 		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
-		wrote, err := writeLockctlConfig(lockctlPath, client.Config{
-			CurrentContext: "dev",
-			Contexts: []client.Context{{
-				Name:   "dev",
-				Server: dialAddr(grpcLis.Addr()),
-				CA:     bundle.CACert,
-				Cert:   bundle.ClientCert,
-				Key:    bundle.ClientKey,
-			}},
-		})
+		contexts := []client.Context{{
+			Name:   "dev",
+			Server: dialAddr(grpcLis.Addr()),
+			CA:     bundle.CACert,
+			Cert:   bundle.ClientCert,
+			Key:    bundle.ClientKey,
+		}}
+		if _, err := os.Stat(lockctlPath); errors.Is(err, os.ErrNotExist) && len(opts.Operators) == 0 {
+			ops, err := devOperatorContexts(dataDir, dialAddr(grpcLis.Addr()), bundle.CACert, opts.now())
+			if err != nil {
+				return err
+			}
+			contexts = append(contexts, ops...)
+		}
+		wrote, err := writeLockctlConfig(lockctlPath, client.Config{CurrentContext: "dev", Contexts: contexts})
 		if err != nil {
 			return err
 		}
@@ -356,4 +361,19 @@ func operators(opts *Options, logger *slog.Logger) []string {
 	logger.Warn("development PKI: dev operator SVIDs stand in for operator sign-in (two people for force-release); "+
 		"issue one with: lockd dev-cert "+DevOperators[0]+" --out ./op1", "operators", DevOperators)
 	return DevOperators
+}
+
+// devOperatorContexts issues the dev operators' SVIDs into the dev PKI and
+// returns lockctl contexts for them ("dev-op1", "dev-op2").
+func devOperatorContexts(dataDir, server, ca string, now time.Time) ([]client.Context, error) {
+	var out []client.Context
+	for i, op := range DevOperators {
+		name := fmt.Sprintf("dev-op%d", i+1)
+		cert, key, err := devpki.IssueSVID(filepath.Join(dataDir, "pki"), op, filepath.Join(dataDir, "pki", name), now)
+		if err != nil {
+			return nil, fmt.Errorf("dev operator %s: %w", op, err)
+		}
+		out = append(out, client.Context{Name: name, Server: server, CA: ca, Cert: cert, Key: key})
+	}
+	return out, nil
 }

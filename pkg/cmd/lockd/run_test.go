@@ -130,14 +130,18 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 	cfg, err := client.LoadConfig(filepath.Join(dataDir, "lockctl.yaml")) // as lockctl reads it
 	require.NoError(t, err)
 	require.Equal(t, "dev", cfg.CurrentContext)
-	require.Len(t, cfg.Contexts, 1)
-	c := cfg.Contexts[0]
-	require.Equal(t, "dev", c.Name)
-	require.Equal(t, opts.Listen, c.Server)
-	for _, p := range []string{c.CA, c.Cert, c.Key} {
-		require.True(t, filepath.IsAbs(p), p)
-		require.FileExists(t, p)
+	// The dev identity, and the two dev operators for two-person approvals.
+	require.Len(t, cfg.Contexts, 3)
+	for i, name := range []string{"dev", "dev-op1", "dev-op2"} {
+		x := cfg.Contexts[i]
+		require.Equal(t, name, x.Name)
+		require.Equal(t, opts.Listen, x.Server)
+		for _, p := range []string{x.CA, x.Cert, x.Key} {
+			require.True(t, filepath.IsAbs(p), p)
+			require.FileExists(t, p)
+		}
 	}
+	c := cfg.Contexts[0]
 
 	// gRPC health with the dev SVID succeeds.
 	check := func(certFile, keyFile string) error {

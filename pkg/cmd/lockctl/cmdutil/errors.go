@@ -45,7 +45,9 @@ func Describe(err error, target string) string {
 			hint = "the store was restored: an operator must run `lockctl epoch status` and then `lockctl epoch advance`"
 		}
 	case codes.PermissionDenied:
-		if strings.Contains(msg, "operator") {
+		if strings.Contains(msg, "different operator") {
+			hint = "two people: a second operator must approve (lockctl --context <theirs> force-release approve <id>)"
+		} else if strings.Contains(msg, "operator") {
 			hint = "this needs an operator identity: use a context whose certificate is an operator's (--context)"
 		} else {
 			hint = "your identity has no grant for this key or class: check the LockGrant for its namespace"
