@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -172,17 +173,89 @@ func (a *Arbiter) epochStatus(rev int64) EpochStatus {
 		Sealed: st.sealed, Revision: rev}
 }
 
-// AdvanceEpoch moves the epoch from `from` to from+1, bound to the store's
-// current cluster ID, and deletes every hold and queue key, in one
-// transaction. Every token granted afterwards is greater than every token
-// granted before, whatever revision the store restarted from.
-func (a *Arbiter) AdvanceEpoch(ctx context.Context, caller string, from uint32, reason string) (EpochStatus, int64, error) {
+// EpochRequest is a pending request to advance the epoch.
+type EpochRequest struct {
+	ID        string    `json:"id"`
+	From      uint32    `json:"from"`
+	Requester string    `json:"requester"`
+	Reason    string    `json:"reason"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+const epochRequestPrefix = "/sys/epoch-requests/"
+
+// RequestEpochAdvance records an operator's request to advance the epoch
+// from `from`. Another operator must approve it (ApproveEpochAdvance)
+// within ForceRequestTTL.
+func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from uint32, reason string) (EpochRequest, error) {
 	if !a.IsOperator(caller) {
-		return EpochStatus{}, 0, ErrNotOperator
+		return EpochRequest{}, ErrNotOperator
 	}
-	if reason == "" {
-		return EpochStatus{}, 0, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
+	if strings.TrimSpace(reason) == "" {
+		return EpochRequest{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	cur, err := a.cli.Get(cctx, epochKey)
+	if err != nil {
+		return EpochRequest{}, storeErr(ctx, err)
+	}
+	if len(cur.Kvs) != 1 {
+		return EpochRequest{}, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	}
+	if e, _, err := decodeEpoch(cur.Kvs[0]); err != nil {
+		return EpochRequest{}, err
+	} else if e != from {
+		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, from)
+	}
+	req := EpochRequest{ID: newForceID(), From: from, Requester: caller, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
+	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
+	if err != nil {
+		return EpochRequest{}, storeErr(ctx, err)
+	}
+	b, _ := json.Marshal(req)
+	if _, err := a.cli.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+		return EpochRequest{}, storeErr(ctx, err)
+	}
+	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "requester", caller, "reason", reason)
+	return req, nil
+}
+
+// ApproveEpochAdvance runs a requested epoch advance; the approver must be
+// an operator other than the requester. It moves the epoch from the
+// request's epoch to the next, bound to the store's current cluster ID, and
+// deletes every hold and queue key and the request, in one transaction.
+// Every token granted afterwards is greater than every token granted
+// before, whatever revision the store restarted from.
+func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (EpochRequest, EpochStatus, int64, error) {
+	if !a.IsOperator(caller) {
+		return EpochRequest{}, EpochStatus{}, 0, ErrNotOperator
+	}
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	got, err := a.cli.Get(cctx, epochRequestPrefix+id)
+	if err != nil {
+		return EpochRequest{}, EpochStatus{}, 0, storeErr(ctx, err)
+	}
+	if len(got.Kvs) == 0 {
+		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: %s", ErrForceNotFound, id)
+	}
+	var req EpochRequest
+	if err := json.Unmarshal(got.Kvs[0].Value, &req); err != nil {
+		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: epoch request %s: %v", ErrInternal, id, err)
+	}
+	if req.Requester == caller {
+		return req, EpochStatus{}, 0, ErrSamePerson
+	}
+	st, deleted, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
+	return req, st, deleted, err
+}
+
+func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequest, reqRev int64) (EpochStatus, int64, error) {
+	from, reason := req.From, req.Reason
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	cur, err := a.cli.Get(cctx, epochKey)
@@ -215,24 +288,28 @@ func (a *Arbiter) AdvanceEpoch(ctx context.Context, caller string, from uint32, 
 		return EpochStatus{}, 0, storeErr(ctx, err)
 	}
 	resp, err := a.cli.Txn(cctx).
-		If(clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision)).
+		If(
+			clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.ModRevision(epochRequestPrefix+req.ID), "=", reqRev),
+		).
 		Then(
 			clientv3.OpPut(epochKey, encodeEpoch(e+1, newID)),
 			clientv3.OpDelete(holdPrefix, clientv3.WithPrefix()),
 			clientv3.OpDelete(queuePrefix, clientv3.WithPrefix()),
 			clientv3.OpPut(graceKey, reason, clientv3.WithLease(lease.ID)),
+			clientv3.OpDelete(epochRequestPrefix+req.ID),
 		).Commit()
 	if err != nil {
 		return EpochStatus{}, 0, storeErr(ctx, err)
 	}
 	if !resp.Succeeded {
-		return EpochStatus{}, 0, fmt.Errorf("%w: the epoch record changed during the advance", ErrEpochMoved)
+		return EpochStatus{}, 0, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
 	}
 	if resp.Header.ClusterId != newID {
 		return EpochStatus{}, 0, fmt.Errorf("%w: the store's cluster ID changed during the advance", ErrEpochMoved)
 	}
 	deleted := resp.Responses[1].GetResponseDeleteRange().Deleted
-	a.log.Warn("epoch advanced", "caller", caller, "from", e, "to", e+1,
+	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", e, "to", e+1,
 		"cluster_id", fmt.Sprintf("%x", newID), "holds_deleted", deleted, "reason", reason, "grants_resume_in", grace)
 	rev, err := a.reloadEpoch(ctx)
 	if err != nil {

@@ -119,15 +119,25 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 		t.Fatalf("keepalive on a sealed store = %v, %v; want FailedPrecondition sealed", ans, err)
 	}
 
-	// Only operators may advance.
-	if _, err := admin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("advance by a non-operator: %v", err)
+	// Only operators may ask; it takes two of them; one alone cannot.
+	if _, err := admin.RequestEpochAdvance(t.Context(), &lockv1.RequestEpochAdvanceRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("advance request by a non-operator: %v", err)
 	}
 	_, opAdmin := env2.Raw(t, lockdtest.Operator)
-	adv, err := opAdmin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore drill"})
-	if err != nil {
-		t.Fatalf("advance: %v", err)
+	if _, err := opAdmin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "two operators") {
+		t.Fatalf("one-person advance: %v", err)
 	}
+	self, err := opAdmin.RequestEpochAdvance(t.Context(), &lockv1.RequestEpochAdvanceRequest{FromEpoch: 1, Reason: "restore drill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := opAdmin.ApproveEpochAdvance(t.Context(), &lockv1.ApproveEpochAdvanceRequest{Id: self.GetId()}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("self-approved epoch advance: %v", err)
+	}
+	if !env2.Arbiter.Sealed() {
+		t.Fatal("unsealed without a second operator")
+	}
+	adv := env2.AdvanceEpoch(t, 1, "restore drill")
 	if adv.GetEpoch() != 2 || adv.GetHoldsDeleted() < 1 || adv.GetClusterId() != st.GetStoreClusterId() {
 		t.Fatalf("advance = %v", adv)
 	}

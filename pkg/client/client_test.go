@@ -17,7 +17,6 @@ import (
 
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
-	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // stallProxy forwards TCP to target until Stall is called; then it keeps
@@ -241,10 +240,7 @@ func TestEpochAdvanceLosesOldHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, admin := env.Raw(t, lockdtest.Operator)
-	if _, err := admin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: l.Epoch(), Reason: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	env.AdvanceEpoch(t, l.Epoch(), "test")
 	select {
 	case err := <-fenced:
 		if !errors.Is(err, client.ErrEpoch) {

@@ -253,3 +253,20 @@ func (e *Env) Raw(t testing.TB, id string) (lockv1.LockServiceClient, lockv1.Adm
 	t.Cleanup(func() { _ = conn.Close() })
 	return lockv1.NewLockServiceClient(conn), lockv1.NewAdminServiceClient(conn)
 }
+
+// AdvanceEpoch advances the epoch from `from` the only way lockd allows:
+// Operator requests, Operator2 approves.
+func (e *Env) AdvanceEpoch(t testing.TB, from uint32, reason string) *lockv1.ApproveEpochAdvanceResponse {
+	t.Helper()
+	_, op1 := e.Raw(t, Operator)
+	_, op2 := e.Raw(t, Operator2)
+	req, err := op1.RequestEpochAdvance(context.Background(), &lockv1.RequestEpochAdvanceRequest{FromEpoch: from, Reason: reason})
+	if err != nil {
+		t.Fatalf("request epoch advance: %v", err)
+	}
+	resp, err := op2.ApproveEpochAdvance(context.Background(), &lockv1.ApproveEpochAdvanceRequest{Id: req.GetId()})
+	if err != nil {
+		t.Fatalf("approve epoch advance: %v", err)
+	}
+	return resp
+}

@@ -320,17 +320,42 @@ func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) 
 		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision}, nil
 }
 
-// AdvanceEpoch implements lock.v1 AdminService. Operators only.
-func (s *Server) AdvanceEpoch(ctx context.Context, req *lockv1.AdvanceEpochRequest) (*lockv1.AdvanceEpochResponse, error) {
+// AdvanceEpoch implements lock.v1 AdminService: refused, since an advance
+// takes two operators.
+func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest) (*lockv1.AdvanceEpochResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	return nil, status.Error(codes.FailedPrecondition,
+		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator")
+}
+
+// RequestEpochAdvance implements lock.v1 AdminService.
+func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpochAdvanceRequest) (*lockv1.RequestEpochAdvanceResponse, error) {
 	id, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st, deleted, err := s.arb.AdvanceEpoch(ctx, id, req.GetFromEpoch(), req.GetReason())
+	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetFromEpoch(), req.GetReason())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &lockv1.AdvanceEpochResponse{Epoch: st.Epoch, ClusterId: st.RecordClusterID, HoldsDeleted: deleted}, nil
+	return &lockv1.RequestEpochAdvanceResponse{Id: r.ID, FromEpoch: r.From, Requester: r.Requester, Reason: r.Reason,
+		ExpiresAt: timestamppb.New(r.ExpiresAt)}, nil
+}
+
+// ApproveEpochAdvance implements lock.v1 AdminService.
+func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpochAdvanceRequest) (*lockv1.ApproveEpochAdvanceResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, st, deleted, err := s.arb.ApproveEpochAdvance(ctx, id, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ApproveEpochAdvanceResponse{Epoch: st.Epoch, ClusterId: st.RecordClusterID, HoldsDeleted: deleted,
+		Requester: r.Requester, Approver: id}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the

@@ -2148,6 +2148,263 @@ func (x *AdvanceEpochResponse) GetHoldsDeleted() int64 {
 	return 0
 }
 
+// RequestEpochAdvanceRequest names the epoch to advance from and says why.
+type RequestEpochAdvanceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The current epoch (see EpochStatus).
+	FromEpoch uint32 `protobuf:"varint,1,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	// Why; required.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestEpochAdvanceRequest) Reset() {
+	*x = RequestEpochAdvanceRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestEpochAdvanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestEpochAdvanceRequest) ProtoMessage() {}
+
+func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
+func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
+	if x != nil {
+		return x.FromEpoch
+	}
+	return 0
+}
+
+func (x *RequestEpochAdvanceRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RequestEpochAdvanceResponse is the pending request.
+type RequestEpochAdvanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id, for ApproveEpochAdvance.
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromEpoch     uint32                 `protobuf:"varint,2,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	Requester     string                 `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestEpochAdvanceResponse) Reset() {
+	*x = RequestEpochAdvanceResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestEpochAdvanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestEpochAdvanceResponse) ProtoMessage() {}
+
+func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
+func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RequestEpochAdvanceResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RequestEpochAdvanceResponse) GetFromEpoch() uint32 {
+	if x != nil {
+		return x.FromEpoch
+	}
+	return 0
+}
+
+func (x *RequestEpochAdvanceResponse) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *RequestEpochAdvanceResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestEpochAdvanceResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// ApproveEpochAdvanceRequest names a pending request.
+type ApproveEpochAdvanceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Request id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveEpochAdvanceRequest) Reset() {
+	*x = ApproveEpochAdvanceRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveEpochAdvanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
+
+func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
+func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ApproveEpochAdvanceRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ApproveEpochAdvanceResponse is the new epoch.
+type ApproveEpochAdvanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new epoch, the cluster ID it is bound to, and how many holds went.
+	Epoch         uint32 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	ClusterId     uint64 `protobuf:"varint,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	HoldsDeleted  int64  `protobuf:"varint,3,opt,name=holds_deleted,json=holdsDeleted,proto3" json:"holds_deleted,omitempty"`
+	Requester     string `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
+	Approver      string `protobuf:"bytes,5,opt,name=approver,proto3" json:"approver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveEpochAdvanceResponse) Reset() {
+	*x = ApproveEpochAdvanceResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveEpochAdvanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
+
+func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
+func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ApproveEpochAdvanceResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *ApproveEpochAdvanceResponse) GetHoldsDeleted() int64 {
+	if x != nil {
+		return x.HoldsDeleted
+	}
+	return 0
+}
+
+func (x *ApproveEpochAdvanceResponse) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ApproveEpochAdvanceResponse) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -2295,7 +2552,28 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
-	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted2\x87\x05\n" +
+	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\"S\n" +
+	"\x1aRequestEpochAdvanceRequest\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x01 \x01(\rR\tfromEpoch\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xbd\x01\n" +
+	"\x1bRequestEpochAdvanceResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x02 \x01(\rR\tfromEpoch\x12\x1c\n" +
+	"\trequester\x18\x03 \x01(\tR\trequester\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\",\n" +
+	"\x1aApproveEpochAdvanceRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xb1\x01\n" +
+	"\x1bApproveEpochAdvanceResponse\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
+	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\x12\x1c\n" +
+	"\trequester\x18\x04 \x01(\tR\trequester\x12\x1a\n" +
+	"\bapprover\x18\x05 \x01(\tR\bapprover2\x87\x05\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -2305,10 +2583,12 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aRelease\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12<\n" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
 	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12K\n" +
-	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse2\x9e\x04\n" +
+	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse2\xe2\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
 	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
+	"\x13RequestEpochAdvance\x12#.lock.v1.RequestEpochAdvanceRequest\x1a$.lock.v1.RequestEpochAdvanceResponse\x12`\n" +
+	"\x13ApproveEpochAdvance\x12#.lock.v1.ApproveEpochAdvanceRequest\x1a$.lock.v1.ApproveEpochAdvanceResponse\x12`\n" +
 	"\x13RequestForceRelease\x12#.lock.v1.RequestForceReleaseRequest\x1a$.lock.v1.RequestForceReleaseResponse\x12`\n" +
 	"\x13ApproveForceRelease\x12#.lock.v1.ApproveForceReleaseRequest\x1a$.lock.v1.ApproveForceReleaseResponse\x12W\n" +
 	"\x10DenyForceRelease\x12 .lock.v1.DenyForceReleaseRequest\x1a!.lock.v1.DenyForceReleaseResponse\x12Z\n" +
@@ -2326,7 +2606,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(*ForceRelease)(nil),                // 0: lock.v1.ForceRelease
 	(*RequestForceReleaseRequest)(nil),  // 1: lock.v1.RequestForceReleaseRequest
@@ -2363,70 +2643,79 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*EpochStatusResponse)(nil),         // 32: lock.v1.EpochStatusResponse
 	(*AdvanceEpochRequest)(nil),         // 33: lock.v1.AdvanceEpochRequest
 	(*AdvanceEpochResponse)(nil),        // 34: lock.v1.AdvanceEpochResponse
-	(*timestamppb.Timestamp)(nil),       // 35: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 36: google.protobuf.Duration
+	(*RequestEpochAdvanceRequest)(nil),  // 35: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 36: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 37: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 38: lock.v1.ApproveEpochAdvanceResponse
+	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 40: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	35, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	35, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	35, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	39, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	39, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	36, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	36, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	40, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	40, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	18, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	36, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	36, // 12: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	40, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	40, // 12: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	9,  // 13: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	35, // 14: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	35, // 15: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	36, // 16: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	39, // 14: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	39, // 15: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	40, // 16: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	9,  // 17: lock.v1.Hold.token:type_name -> lock.v1.Token
 	24, // 18: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	24, // 19: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	36, // 20: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	35, // 21: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	35, // 22: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	36, // 23: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	40, // 20: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	39, // 21: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	39, // 22: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	40, // 23: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	29, // 24: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	10, // 25: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	12, // 26: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	14, // 27: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	16, // 28: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	19, // 29: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	21, // 30: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	23, // 31: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	26, // 32: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	28, // 33: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	31, // 34: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	33, // 35: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	1,  // 36: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	3,  // 37: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	5,  // 38: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	7,  // 39: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	11, // 40: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	13, // 41: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	15, // 42: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	17, // 43: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	20, // 44: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	22, // 45: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	25, // 46: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	27, // 47: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	30, // 48: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	32, // 49: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	34, // 50: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	2,  // 51: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	4,  // 52: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	6,  // 53: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	8,  // 54: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	39, // 25: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 26: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	12, // 27: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	14, // 28: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	16, // 29: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	19, // 30: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	21, // 31: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	23, // 32: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	26, // 33: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	28, // 34: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	31, // 35: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	33, // 36: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	35, // 37: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	37, // 38: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	1,  // 39: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	3,  // 40: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	5,  // 41: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	7,  // 42: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	11, // 43: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	13, // 44: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	15, // 45: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	17, // 46: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	20, // 47: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	22, // 48: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	25, // 49: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	27, // 50: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	30, // 51: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	32, // 52: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	34, // 53: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	36, // 54: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	38, // 55: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	2,  // 56: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	4,  // 57: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	6,  // 58: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	8,  // 59: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	43, // [43:60] is the sub-list for method output_type
+	26, // [26:43] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -2440,7 +2729,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

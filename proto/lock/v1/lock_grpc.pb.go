@@ -466,6 +466,8 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 const (
 	AdminService_EpochStatus_FullMethodName         = "/lock.v1.AdminService/EpochStatus"
 	AdminService_AdvanceEpoch_FullMethodName        = "/lock.v1.AdminService/AdvanceEpoch"
+	AdminService_RequestEpochAdvance_FullMethodName = "/lock.v1.AdminService/RequestEpochAdvance"
+	AdminService_ApproveEpochAdvance_FullMethodName = "/lock.v1.AdminService/ApproveEpochAdvance"
 	AdminService_RequestForceRelease_FullMethodName = "/lock.v1.AdminService/RequestForceRelease"
 	AdminService_ApproveForceRelease_FullMethodName = "/lock.v1.AdminService/ApproveForceRelease"
 	AdminService_DenyForceRelease_FullMethodName    = "/lock.v1.AdminService/DenyForceRelease"
@@ -480,9 +482,17 @@ const (
 type AdminServiceClient interface {
 	// EpochStatus reports the epoch record and whether this arbiter is sealed.
 	EpochStatus(ctx context.Context, in *EpochStatusRequest, opts ...grpc.CallOption) (*EpochStatusResponse, error)
-	// AdvanceEpoch sets epoch E+1 bound to the store's current cluster ID and
-	// deletes every hold, in one transaction. Operators only.
+	// AdvanceEpoch is refused: an epoch advance takes two operators. Use
+	// RequestEpochAdvance, then ApproveEpochAdvance by another operator.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
+	// RequestEpochAdvance asks for the epoch to move from from_epoch to the
+	// next, bound to the store's current cluster ID. Operators only; a
+	// different operator must approve within the hour.
+	RequestEpochAdvance(ctx context.Context, in *RequestEpochAdvanceRequest, opts ...grpc.CallOption) (*RequestEpochAdvanceResponse, error)
+	// ApproveEpochAdvance advances the epoch and deletes every hold, in one
+	// transaction that also checks the request. The approver must not be the
+	// requester.
+	ApproveEpochAdvance(ctx context.Context, in *ApproveEpochAdvanceRequest, opts ...grpc.CallOption) (*ApproveEpochAdvanceResponse, error)
 	// RequestForceRelease asks for a held key to be released by force. It
 	// records who asks and why, and the hold as it is now; a different
 	// operator must approve it before it expires. Operators only.
@@ -520,6 +530,26 @@ func (c *adminServiceClient) AdvanceEpoch(ctx context.Context, in *AdvanceEpochR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AdvanceEpochResponse)
 	err := c.cc.Invoke(ctx, AdminService_AdvanceEpoch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RequestEpochAdvance(ctx context.Context, in *RequestEpochAdvanceRequest, opts ...grpc.CallOption) (*RequestEpochAdvanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestEpochAdvanceResponse)
+	err := c.cc.Invoke(ctx, AdminService_RequestEpochAdvance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ApproveEpochAdvance(ctx context.Context, in *ApproveEpochAdvanceRequest, opts ...grpc.CallOption) (*ApproveEpochAdvanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveEpochAdvanceResponse)
+	err := c.cc.Invoke(ctx, AdminService_ApproveEpochAdvance_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -574,9 +604,17 @@ func (c *adminServiceClient) ListForceReleases(ctx context.Context, in *ListForc
 type AdminServiceServer interface {
 	// EpochStatus reports the epoch record and whether this arbiter is sealed.
 	EpochStatus(context.Context, *EpochStatusRequest) (*EpochStatusResponse, error)
-	// AdvanceEpoch sets epoch E+1 bound to the store's current cluster ID and
-	// deletes every hold, in one transaction. Operators only.
+	// AdvanceEpoch is refused: an epoch advance takes two operators. Use
+	// RequestEpochAdvance, then ApproveEpochAdvance by another operator.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
+	// RequestEpochAdvance asks for the epoch to move from from_epoch to the
+	// next, bound to the store's current cluster ID. Operators only; a
+	// different operator must approve within the hour.
+	RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error)
+	// ApproveEpochAdvance advances the epoch and deletes every hold, in one
+	// transaction that also checks the request. The approver must not be the
+	// requester.
+	ApproveEpochAdvance(context.Context, *ApproveEpochAdvanceRequest) (*ApproveEpochAdvanceResponse, error)
 	// RequestForceRelease asks for a held key to be released by force. It
 	// records who asks and why, and the hold as it is now; a different
 	// operator must approve it before it expires. Operators only.
@@ -605,6 +643,12 @@ func (UnimplementedAdminServiceServer) EpochStatus(context.Context, *EpochStatus
 }
 func (UnimplementedAdminServiceServer) AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdvanceEpoch not implemented")
+}
+func (UnimplementedAdminServiceServer) RequestEpochAdvance(context.Context, *RequestEpochAdvanceRequest) (*RequestEpochAdvanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestEpochAdvance not implemented")
+}
+func (UnimplementedAdminServiceServer) ApproveEpochAdvance(context.Context, *ApproveEpochAdvanceRequest) (*ApproveEpochAdvanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveEpochAdvance not implemented")
 }
 func (UnimplementedAdminServiceServer) RequestForceRelease(context.Context, *RequestForceReleaseRequest) (*RequestForceReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestForceRelease not implemented")
@@ -671,6 +715,42 @@ func _AdminService_AdvanceEpoch_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).AdvanceEpoch(ctx, req.(*AdvanceEpochRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RequestEpochAdvance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestEpochAdvanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RequestEpochAdvance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RequestEpochAdvance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RequestEpochAdvance(ctx, req.(*RequestEpochAdvanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ApproveEpochAdvance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveEpochAdvanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ApproveEpochAdvance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ApproveEpochAdvance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ApproveEpochAdvance(ctx, req.(*ApproveEpochAdvanceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -761,6 +841,14 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AdvanceEpoch",
 			Handler:    _AdminService_AdvanceEpoch_Handler,
+		},
+		{
+			MethodName: "RequestEpochAdvance",
+			Handler:    _AdminService_RequestEpochAdvance_Handler,
+		},
+		{
+			MethodName: "ApproveEpochAdvance",
+			Handler:    _AdminService_ApproveEpochAdvance_Handler,
 		},
 		{
 			MethodName: "RequestForceRelease",

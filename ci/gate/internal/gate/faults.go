@@ -197,21 +197,31 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	}
 	defer conn.Close()
 	admin := lockv1.NewAdminServiceClient(conn)
-	octx := metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, operator)
+	as := func(id string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, id)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		cctx, cancel := context.WithTimeout(octx, 3*time.Second)
+		cctx, cancel := context.WithTimeout(as(operator), 3*time.Second)
 		st, err := admin.EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+		cancel()
 		if err == nil && st.GetSealed() {
-			resp, aerr := admin.AdvanceEpoch(cctx, &lockv1.AdvanceEpochRequest{FromEpoch: st.GetEpoch(), Reason: "release gate: restore fault"})
+			// Two operators: one requests, the other approves.
+			cctx, cancel := context.WithTimeout(as(operator), 3*time.Second)
+			req, rerr := admin.RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: st.GetEpoch(), Reason: "release gate: restore fault"})
+			cancel()
+			if rerr != nil {
+				return fmt.Errorf("request epoch advance: %w", rerr)
+			}
+			cctx, cancel = context.WithTimeout(as(operator2), 3*time.Second)
+			resp, aerr := admin.ApproveEpochAdvance(cctx, &lockv1.ApproveEpochAdvanceRequest{Id: req.GetId()})
 			cancel()
 			if aerr != nil {
-				return fmt.Errorf("advance epoch: %w", aerr)
+				return fmt.Errorf("approve epoch advance: %w", aerr)
 			}
 			f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted", st.GetEpoch(), resp.GetEpoch(), resp.GetHoldsDeleted())
 			break
 		}
-		cancel()
 		if time.Now().After(deadline) {
 			return fmt.Errorf("lockd did not report the restored store as sealed within 20s (last: %v)", err)
 		}

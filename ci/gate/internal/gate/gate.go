@@ -35,6 +35,7 @@ const (
 	ClassName = "fenced"
 	TTL       = 5 * time.Second
 	operator  = "spiffe://gate.local/operator"
+	operator2 = "spiffe://gate.local/operator-2"
 )
 
 // Errors.
@@ -195,7 +196,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
 		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
 			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
-			"--operators", operator, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s"}
+			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s"}
 		if err := a.Start(); err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func Describe(err error, target string) string {
 		}
 	case codes.FailedPrecondition:
 		if strings.Contains(msg, "sealed") {
-			hint = "the store was restored: an operator must run `lockctl epoch status` and then `lockctl epoch advance`"
+			hint = "the store was restored: two operators must run `lockctl epoch status`, then `lockctl epoch advance request` and `approve`"
 		}
 	case codes.PermissionDenied:
 		if strings.Contains(msg, "different operator") {

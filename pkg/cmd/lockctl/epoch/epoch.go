@@ -25,7 +25,7 @@ func NewCmdEpoch(f *cmdutil.Factory) *cobra.Command {
 		`),
 		Example: cmdutil.Example(`
 			$ lockctl epoch status
-			$ lockctl epoch advance --from 3 --reason "restored etcd from the 02:00 snapshot (INC-1234)"
+			$ lockctl epoch advance request --from 3 --reason "restored etcd from the 02:00 snapshot (INC-1234)"
 		`),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -35,6 +35,6 @@ func NewCmdEpoch(f *cmdutil.Factory) *cobra.Command {
 		},
 	}
 	cmd.AddCommand(status.NewCmdStatus(f, nil))
-	cmd.AddCommand(advance.NewCmdAdvance(f, nil))
+	cmd.AddCommand(advance.NewCmdAdvance(f))
 	return cmd
 }
