@@ -52,6 +52,10 @@ type Config struct {
 	// Operators are the SPIFFE IDs allowed to see tokens of others and to
 	// advance the epoch.
 	Operators []string
+	// OIDCOperators: operators sign in with OIDC, verified at the gRPC
+	// boundary, which passes them as "oidc:<subject>". Only the boundary
+	// can produce such an identity (callers' own are SPIFFE IDs).
+	OIDCOperators bool
 	// Logger receives one structured line per event; tokens are never logged.
 	Logger *slog.Logger
 	// Now is the clock for diagnostics (acquired-at, ages); grants never
@@ -86,6 +90,7 @@ type Arbiter struct {
 	cli       *clientv3.Client
 	leases    pb.LeaseClient
 	operators map[string]bool
+	oidcOps   bool
 	log       *slog.Logger
 	now       func() time.Time
 	timeout   time.Duration
@@ -114,6 +119,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		cli:       cfg.Client,
 		leases:    cfg.Leases,
 		operators: map[string]bool{},
+		oidcOps:   cfg.OIDCOperators,
 		log:       cfg.Logger,
 		now:       cfg.Now,
 		timeout:   cfg.RequestTimeout,
@@ -153,8 +159,11 @@ func (a *Arbiter) SetPolicy(p *Policy) { a.policy.Store(p) }
 // Policy returns the policy being served.
 func (a *Arbiter) Policy() *Policy { return a.policy.Load() }
 
-// IsOperator reports whether id is an operator identity.
-func (a *Arbiter) IsOperator(id string) bool { return a.operators[id] }
+// IsOperator reports whether id is an operator identity: one of Operators,
+// or, with OIDCOperators, an operator the boundary verified ("oidc:…").
+func (a *Arbiter) IsOperator(id string) bool {
+	return a.operators[id] || (a.oidcOps && strings.HasPrefix(id, "oidc:"))
+}
 
 // Metrics returns the arbiter's metrics.
 func (a *Arbiter) Metrics() *Metrics { return a.metrics }

@@ -61,6 +61,7 @@ type options struct {
 	target     string
 	tls        *tls.Config
 	insecureID string
+	opToken    string
 	log        *slog.Logger
 	now        func() time.Time
 	dial       []grpc.DialOption
@@ -84,6 +85,27 @@ func WithTLS(cfg *tls.Config) Option {
 func WithInsecureIdentity(spiffeID string) Option {
 	return func(o *options) error { o.insecureID = spiffeID; return nil }
 }
+
+// WithOperatorToken sends an OIDC operator access token with every call
+// ("authorization: Bearer …"), for the admin calls that need one. The
+// token is a credential: it is never logged.
+func WithOperatorToken(raw string) Option {
+	return func(o *options) error { o.opToken = raw; return nil }
+}
+
+// bearer is per-call credentials with an OIDC access token.
+type bearer struct {
+	raw    string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.raw}, nil
+}
+
+// RequireTransportSecurity keeps the token off plaintext connections,
+// except to a lockd started with --insecure-loopback (tests).
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // WithLogger sets the logger. Tokens are never logged.
 func WithLogger(l *slog.Logger) Option {
@@ -145,6 +167,9 @@ func New(opts ...Option) (*Client, error) {
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
 	default:
 		return nil, fmt.Errorf("%w: no credentials: use WithTLS, a config context, or WithInsecureIdentity for tests", ErrConfig)
+	}
+	if o.opToken != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{raw: o.opToken, secure: o.insecureID == ""}))
 	}
 	conn, err := grpc.NewClient(o.target, dial...)
 	if err != nil {

@@ -6,6 +6,7 @@ package lockdtest
 import (
 	"context"
 	"fmt"
+	"github.com/lockd-dev/lockd/pkg/operator"
 	"net"
 	"os"
 	"path/filepath"
@@ -136,6 +137,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Registry receives the arbiter's metrics (a private one when nil).
 	Registry *prometheus.Registry
+	// OperatorTokens, when set, makes force-release and epoch-advance calls
+	// need an OIDC operator token verified by it.
+	OperatorTokens *operator.Verifier
 }
 
 // Env is a running lockd.
@@ -201,6 +205,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	arb, err := arbiter.New(arbiter.Config{
 		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator, Operator2},
+		OIDCOperators:  o.OperatorTokens != nil,
 		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg),
 	}, arbiter.NewPolicy(set))
 	if err != nil {
@@ -219,6 +224,9 @@ func Start(t testing.TB, o Options) *Env {
 	e.Addr = l.Addr().String()
 	e.g = grpc.NewServer()
 	e.Server = server.New(arb, identity.Extractor{Insecure: true}, nil)
+	if o.OperatorTokens != nil {
+		e.Server.RequireOperatorTokens(o.OperatorTokens)
+	}
 	e.Server.Register(e.g)
 	go func() { _ = e.g.Serve(l) }()
 	t.Cleanup(e.Stop)

@@ -20,7 +20,7 @@ func forceToProto(f arbiter.ForceRelease) *lockv1.ForceRelease {
 
 // RequestForceRelease implements lock.v1.
 func (s *Server) RequestForceRelease(ctx context.Context, req *lockv1.RequestForceReleaseRequest) (*lockv1.RequestForceReleaseResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (s *Server) RequestForceRelease(ctx context.Context, req *lockv1.RequestFor
 
 // ApproveForceRelease implements lock.v1.
 func (s *Server) ApproveForceRelease(ctx context.Context, req *lockv1.ApproveForceReleaseRequest) (*lockv1.ApproveForceReleaseResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Server) ApproveForceRelease(ctx context.Context, req *lockv1.ApproveFor
 
 // DenyForceRelease implements lock.v1.
 func (s *Server) DenyForceRelease(ctx context.Context, req *lockv1.DenyForceReleaseRequest) (*lockv1.DenyForceReleaseResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (s *Server) DenyForceRelease(ctx context.Context, req *lockv1.DenyForceRele
 
 // ListForceReleases implements lock.v1.
 func (s *Server) ListForceReleases(ctx context.Context, _ *lockv1.ListForceReleasesRequest) (*lockv1.ListForceReleasesResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,12 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/lockd-dev/lockd/pkg/operator"
+	"google.golang.org/grpc/metadata"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +41,38 @@ type Server struct {
 	ids    identity.Extractor
 	log    *slog.Logger
 	health *health.Server
+	// opv, when set, verifies operators' OIDC tokens for the admin calls
+	// that change state; without it operators are SPIFFE identities.
+	opv *operator.Verifier
+}
+
+// RequireOperatorTokens makes force-release and epoch-advance calls carry
+// an OIDC operator token ("authorization: Bearer …"), verified by v. The
+// arbiter must be built with OIDCOperators.
+func (s *Server) RequireOperatorTokens(v *operator.Verifier) { s.opv = v }
+
+// operatorCaller is the identity of an admin call that changes state: the
+// verified OIDC operator ("oidc:<subject>") when tokens are required, the
+// caller's SPIFFE ID otherwise. The mTLS identity is required either way.
+func (s *Server) operatorCaller(ctx context.Context) (string, error) {
+	id, err := s.caller(ctx)
+	if err != nil || s.opv == nil {
+		return id, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	raw := ""
+	if vals := md.Get("authorization"); len(vals) == 1 {
+		raw, _ = strings.CutPrefix(vals[0], "Bearer ")
+	}
+	op, err := s.opv.Verify(ctx, raw)
+	switch {
+	case errors.Is(err, operator.ErrMissingRole), errors.Is(err, operator.ErrNoMFA):
+		return "", status.Error(codes.PermissionDenied, err.Error())
+	case err != nil:
+		return "", status.Error(codes.Unauthenticated, err.Error())
+	}
+	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", id)
+	return op.ID(), nil
 }
 
 // New returns a server for arb. ids says how callers are identified.
@@ -332,7 +367,7 @@ func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest
 
 // RequestEpochAdvance implements lock.v1 AdminService.
 func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpochAdvanceRequest) (*lockv1.RequestEpochAdvanceResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +381,7 @@ func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpo
 
 // ApproveEpochAdvance implements lock.v1 AdminService.
 func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpochAdvanceRequest) (*lockv1.ApproveEpochAdvanceResponse, error) {
-	id, err := s.caller(ctx)
+	id, err := s.operatorCaller(ctx)
 	if err != nil {
 		return nil, err
 	}

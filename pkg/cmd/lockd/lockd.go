@@ -163,6 +163,12 @@ SIGINT or SIGTERM stops lockd gracefully.`,
 	f.BoolVar(&opts.InsecureLoopback, "insecure-loopback", false, "TESTS ONLY: plaintext gRPC, caller identity taken unverified from a header; --listen must be loopback")
 	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
 	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
+	f.StringVar(&opts.OIDCIssuer, "oidc-issuer", "", "OIDC issuer (e.g. a Keycloak realm URL): operators sign in there; force-release and epoch advance then need their token")
+	f.StringVar(&opts.OIDCAudience, "oidc-audience", "", "audience operator tokens must carry (with --oidc-issuer)")
+	f.StringVar(&opts.OIDCRolesClaim, "oidc-roles-claim", "realm_access.roles", "dotted claim path of the roles list in operator tokens")
+	f.StringVar(&opts.OIDCRole, "oidc-role", "lock-operator", "role operator tokens must carry")
+	f.StringSliceVar(&opts.OIDCACR, "oidc-acr", nil, "acr values accepted as multi-factor sign-in, besides amr otp, mfa or hwk")
+	f.StringVar(&opts.OIDCCA, "oidc-ca", "", "CA certificate (PEM) to verify the OIDC issuer's TLS")
 	f.BoolVar(&opts.DebugPprof, "debug-pprof", false, "serve Go profiles at /debug/pprof/ on the metrics listener (for profiling; never expose it)")
 
 	for _, fs := range []*pflag.FlagSet{pf, f} {

@@ -91,6 +91,8 @@ func TestExitCodes(t *testing.T) {
 		{name: "insecure with tls", args: []string{"--insecure-loopback", "--tls-cert", "c", "--tls-key", "k", "--tls-client-ca", "ca"},
 			want: ExitUsage, wantStderr: "--insecure-loopback"},
 		{name: "insecure on loopback", args: []string{"--insecure-loopback", "--listen", "localhost:7420"}, want: ExitOK},
+		{name: "oidc issuer without audience", args: []string{"--oidc-issuer", "https://kc/realms/ops"}, want: ExitUsage, wantStderr: "--oidc-audience"},
+		{name: "oidc audience without issuer", args: []string{"--oidc-audience", "lockd"}, want: ExitUsage, wantStderr: "--oidc-issuer"},
 		{name: "help", args: []string{"--help"}, want: ExitOK},
 		{name: "dev-cert without out", args: []string{"dev-cert", "spiffe://a.test/x"}, want: ExitUsage, wantStderr: `"out"`},
 		{name: "dev-cert without id", args: []string{"dev-cert", "--out", "x"}, want: ExitUsage, wantStderr: "accepts 1 arg"},

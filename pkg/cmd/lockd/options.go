@@ -58,6 +58,11 @@ type Options struct {
 	InsecureLoopback bool
 	// DebugPprof serves net/http/pprof on the metrics listener.
 	DebugPprof bool
+	// OIDC operator sign-in: when OIDCIssuer is set, force-release and
+	// epoch-advance calls need an operator access token from it.
+	OIDCIssuer, OIDCAudience, OIDCRolesClaim, OIDCRole, OIDCCA string
+	// OIDCACR are acr values accepted as a second factor besides amr.
+	OIDCACR []string
 
 	// Operators are the SPIFFE IDs allowed to advance the epoch and to see
 	// the tokens of others.
@@ -122,6 +127,12 @@ func (o *Options) validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	if o.OIDCIssuer != "" && o.OIDCAudience == "" {
+		add("--oidc-audience: required with --oidc-issuer (the audience lockd's tokens carry)")
+	}
+	if o.OIDCIssuer == "" && (o.OIDCAudience != "" || o.OIDCCA != "" || len(o.OIDCACR) > 0) {
+		add("--oidc-issuer: required by the other --oidc-* flags")
+	}
 	if strings.TrimSpace(o.DataDir) == "" {
 		add("--data-dir: must not be empty")
 	}

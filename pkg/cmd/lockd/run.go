@@ -3,8 +3,10 @@ package lockdcmd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/lockd-dev/lockd/pkg/operator"
 	"io"
 	"log/slog"
 	"net"
@@ -81,10 +83,15 @@ func run(ctx context.Context, opts *Options) (err error) {
 	}
 	defer backend.Close()
 
+	opv, err := operatorVerifier(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
 	arb, err := arbiter.New(arbiter.Config{
 		Client:         backend.Client,
 		Leases:         backend.Leases,
 		Operators:      operators(opts, logger),
+		OIDCOperators:  opv != nil,
 		Logger:         logger.With("component", "arbiter"),
 		Now:            opts.Now,
 		RequestTimeout: opts.RequestTimeout,
@@ -130,6 +137,9 @@ func run(ctx context.Context, opts *Options) (err error) {
 	}
 	g := grpc.NewServer(gopts...)
 	srv := server.New(arb, identity.Extractor{Insecure: opts.InsecureLoopback}, logger.With("component", "server"))
+	if opv != nil {
+		srv.RequireOperatorTokens(opv)
+	}
 	srv.Register(g)
 	handler := srv.HTTPHandler(reg)
 	if opts.DebugPprof {
@@ -376,4 +386,32 @@ func devOperatorContexts(dataDir, server, ca string, now time.Time) ([]client.Co
 		out = append(out, client.Context{Name: name, Server: server, CA: ca, Cert: cert, Key: key})
 	}
 	return out, nil
+}
+
+// operatorVerifier is the OIDC verifier of operator tokens, or nil when
+// --oidc-issuer is not set.
+func operatorVerifier(ctx context.Context, opts *Options, logger *slog.Logger) (*operator.Verifier, error) {
+	if opts.OIDCIssuer == "" {
+		return nil, nil
+	}
+	cfg := operator.Config{Issuer: opts.OIDCIssuer, Audience: opts.OIDCAudience, RolesClaim: opts.OIDCRolesClaim,
+		Role: opts.OIDCRole, ACR: opts.OIDCACR}
+	if opts.OIDCCA != "" {
+		pem, err := os.ReadFile(opts.OIDCCA)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca %s: no PEM certificate", opts.OIDCCA)
+		}
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	}
+	v, err := operator.NewVerifier(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("operators sign in with OIDC: force-release and epoch advance need an operator token",
+		"issuer", opts.OIDCIssuer, "role", cfg.Role, "roles_claim", opts.OIDCRolesClaim)
+	return v, nil
 }

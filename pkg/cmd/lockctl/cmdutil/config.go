@@ -16,6 +16,10 @@ const (
 	EnvContext = "LOCKCTL_CONTEXT"
 	// EnvOutput sets the output format, like -o.
 	EnvOutput = "LOCKCTL_OUTPUT"
+	// EnvOperatorToken is an OIDC operator access token, sent with every
+	// call when set: force-release and epoch advance need it when lockd
+	// runs with --oidc-issuer.
+	EnvOperatorToken = "LOCKCTL_OPERATOR_TOKEN"
 	// UserConfigPath is the per-user config, relative to $HOME.
 	UserConfigPath = ".config/lockctl/config.yaml"
 	// DevConfigPath is what a dev lockd writes in its working directory.

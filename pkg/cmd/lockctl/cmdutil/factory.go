@@ -67,7 +67,11 @@ func New() *Factory {
 		f.mu.Lock()
 		f.target = cx.Server
 		f.mu.Unlock()
-		c, err := client.New(client.WithContext(cx))
+		opts := []client.Option{client.WithContext(cx)}
+		if tok := Getenv(EnvOperatorToken); tok != "" {
+			opts = append(opts, client.WithOperatorToken(tok))
+		}
+		c, err := client.New(opts...)
 		if err != nil {
 			return nil, fmt.Errorf("context %q in %s: %w", cx.Name, path, err)
 		}
