@@ -137,6 +137,9 @@ type Options struct {
 	PollInterval time.Duration
 	// Registry receives the arbiter's metrics (a private one when nil).
 	Registry *prometheus.Registry
+	// Addr is the gRPC listen address (a free loopback port when empty):
+	// set it to restart lockd where clients already point.
+	Addr string
 	// OperatorTokens, when set, makes force-release and epoch-advance calls
 	// need an OIDC operator token verified by it.
 	OperatorTokens *operator.Verifier
@@ -217,7 +220,11 @@ func Start(t testing.TB, o Options) *Env {
 		t.Fatal(err)
 	}
 	e.Arbiter = arb
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/sessions"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/top"
 )
 
 // Main runs lockctl with the process's arguments and returns its exit
@@ -134,5 +135,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
+	root.AddCommand(top.NewCmdTop(f, nil))
 	return root
 }
