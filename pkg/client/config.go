@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -36,6 +37,25 @@ type Context struct {
 	// InsecureIdentity, for a lockd started with --insecure-loopback (tests
 	// only), is the SPIFFE ID to claim over plaintext.
 	InsecureIdentity string `json:"insecure-identity,omitempty"`
+	// OIDCIssuer and OIDCClientID are where `lockctl login` signs an
+	// operator in (the device flow).
+	OIDCIssuer   string `json:"oidc-issuer,omitempty"`
+	OIDCClientID string `json:"oidc-client-id,omitempty"`
+	// OperatorTokenFile holds the operator's access token (mode 0600),
+	// written by `lockctl login` and sent with every call.
+	OperatorTokenFile string `json:"operator-token-file,omitempty"`
+}
+
+// SaveConfig writes c to path (mode 0600: contexts name credentials).
+func SaveConfig(path string, c *Config) error {
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
 
 // LoadConfig reads a config file.
@@ -50,7 +70,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	base := filepath.Dir(path)
 	for i := range c.Contexts {
-		for _, p := range []*string{&c.Contexts[i].CA, &c.Contexts[i].Cert, &c.Contexts[i].Key} {
+		for _, p := range []*string{&c.Contexts[i].CA, &c.Contexts[i].Cert, &c.Contexts[i].Key, &c.Contexts[i].OperatorTokenFile} {
 			if *p != "" && !filepath.IsAbs(*p) {
 				*p = filepath.Join(base, *p)
 			}
@@ -79,6 +99,13 @@ func WithContext(cx *Context) Option {
 			return fmt.Errorf("%w: context %q: server: required", ErrConfig, cx.Name)
 		}
 		o.target = cx.Server
+		if cx.OperatorTokenFile != "" {
+			b, err := os.ReadFile(cx.OperatorTokenFile)
+			if err != nil {
+				return fmt.Errorf("%w: context %q: operator token: %w (sign in again with `lockctl login`)", ErrConfig, cx.Name, err)
+			}
+			o.opToken = strings.TrimSpace(string(b))
+		}
 		if cx.InsecureIdentity != "" {
 			o.insecureID = cx.InsecureIdentity
 			return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/forcerelease"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/login"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/top"
@@ -136,5 +137,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(epoch.NewCmdEpoch(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
 	root.AddCommand(top.NewCmdTop(f, nil))
+	root.AddCommand(login.NewCmdLogin(f, nil))
 	return root
 }

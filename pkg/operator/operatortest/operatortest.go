@@ -18,6 +18,9 @@ import (
 
 // Issuer is a running test issuer.
 type Issuer struct {
+	// DeviceSubject is who signs in through the device flow ("ann").
+	DeviceSubject string
+
 	srv *httptest.Server
 	key *rsa.PrivateKey
 	sig jose.Signer
@@ -38,12 +41,38 @@ func New(t testing.TB) *Issuer {
 		_ = json.NewEncoder(w).Encode(map[string]any{
 			"issuer": is.URL(), "jwks_uri": is.URL() + "/protocol/openid-connect/certs",
 			"authorization_endpoint": is.URL() + "/auth", "token_endpoint": is.URL() + "/token",
+			"device_authorization_endpoint":         is.URL() + "/device",
 			"id_token_signing_alg_values_supported": []string{"RS256"},
 		})
 	})
 	mux.HandleFunc("/realms/ops/protocol/openid-connect/certs", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
 	})
+	// The device flow: one "authorization_pending" poll, then a token for
+	// DeviceSubject (as if that person had entered the code).
+	polls := 0
+	mux.HandleFunc("/realms/ops/device", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"device_code": "dc-1", "user_code": "WDJB-MJHT",
+			"verification_uri": is.URL() + "/verify", "interval": 1, "expires_in": 60})
+	})
+	mux.HandleFunc("/realms/ops/token", func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		w.Header().Set("Content-Type", "application/json")
+		if r.Form.Get("device_code") != "dc-1" {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "invalid_grant"})
+			return
+		}
+		polls++
+		if polls == 1 {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"error": "authorization_pending"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": is.Token(t, is.DeviceSubject, nil),
+			"token_type": "Bearer", "expires_in": 300})
+	})
+	is.DeviceSubject = "ann"
 	is.sig, err = jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}},
 		(&jose.SignerOptions{}).WithType("JWT"))
 	if err != nil {
