@@ -217,6 +217,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from u
 	if _, err := a.cli.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
+	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
 	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "requester", caller, "reason", reason)
 	return req, nil
 }
@@ -248,9 +249,14 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (E
 		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: epoch request %s: %v", ErrInternal, id, err)
 	}
 	if req.Requester == caller {
+		a.metrics.epochAdvances.WithLabelValues("refused").Inc()
+		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", caller)
 		return req, EpochStatus{}, 0, ErrSamePerson
 	}
 	st, deleted, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
+	if err == nil {
+		a.metrics.epochAdvances.WithLabelValues("approved").Inc()
+	}
 	return req, st, deleted, err
 }
 

@@ -168,6 +168,24 @@ func (a *Arbiter) ListSessions(ctx context.Context, identity string) ([]SessionI
 // DescribeClass returns class namespace/name if identity has grants in that
 // namespace (or is an operator); otherwise the same denial as for an absent
 // namespace.
+// ListClasses returns the loaded classes of the namespaces identity has
+// grants in (all of them for an operator), optionally of one namespace.
+func (a *Arbiter) ListClasses(identity, namespace string) []*class.Class {
+	pol := a.policy.Load()
+	var mine []string
+	op := a.IsOperator(identity)
+	if !op {
+		mine = pol.Authz.NamespacesOf(identity)
+	}
+	var out []*class.Class
+	for _, c := range pol.Classes.Classes() {
+		if (namespace == "" || c.Namespace == namespace) && (op || slices.Contains(mine, c.Namespace)) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func (a *Arbiter) DescribeClass(identity, namespace, name string) (*class.Class, error) {
 	pol := a.policy.Load()
 	if !a.IsOperator(identity) && !slices.Contains(pol.Authz.NamespacesOf(identity), namespace) {

@@ -32,6 +32,7 @@ type Metrics struct {
 	// ExpiriesWithoutRelease counts holds that ended by session expiry.
 	ExpiriesWithoutRelease *prometheus.CounterVec
 	forceReleases          *prometheus.CounterVec
+	epochAdvances          *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -74,8 +75,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "lockd_force_releases_total",
 			Help: "Force-release steps by key namespace; code is requested, approved, denied, stale (the hold changed) or refused (same person)."},
 			[]string{"namespace", "code"}),
+		epochAdvances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_epoch_advances_total",
+			Help: "Epoch advance steps; code is requested, approved or refused (same person)."}, []string{"code"}),
 	}
-	reg.MustRegister(m.forceReleases, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	reg.MustRegister(m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }

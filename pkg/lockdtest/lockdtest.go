@@ -92,6 +92,17 @@ spec:
   tier: entity
 ---
 apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: cache, namespace: other}
+spec:
+  purpose: efficiency
+  enforcement: advisory
+  ttl: 30s
+  tier: entity
+  riskOwner: other-team
+  waiverExpires: "2099-01-01"
+---
+apiVersion: locks.lockd.dev/v1alpha1
 kind: LockGrant
 metadata: {name: other, namespace: other}
 spec:

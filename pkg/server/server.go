@@ -236,11 +236,28 @@ func (s *Server) DescribeClass(ctx context.Context, req *lockv1.DescribeClassReq
 
 // ClassProto converts a class to its wire form.
 func ClassProto(c *class.Class) *lockv1.LockClass {
-	return &lockv1.LockClass{
+	pc := &lockv1.LockClass{
 		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(c.Enforcement),
 		Ttl: durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
-		Fairness: string(c.Fairness), Resource: c.Resource,
+		Fairness: string(c.Fairness), Resource: c.Resource, RiskOwner: c.RiskOwner,
 	}
+	if !c.WaiverExpires.IsZero() {
+		pc.WaiverExpires = timestamppb.New(c.WaiverExpires)
+	}
+	return pc
+}
+
+// ListClasses implements lock.v1.
+func (s *Server) ListClasses(ctx context.Context, req *lockv1.ListClassesRequest) (*lockv1.ListClassesResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &lockv1.ListClassesResponse{}
+	for _, c := range s.arb.ListClasses(id, req.GetNamespace()) {
+		out.Classes = append(out.Classes, ClassProto(c))
+	}
+	return out, nil
 }
 
 // Acquire implements lock.v1.

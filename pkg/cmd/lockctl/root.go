@@ -19,6 +19,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/login"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/top"
 )
@@ -138,5 +139,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
 	root.AddCommand(top.NewCmdTop(f, nil))
 	root.AddCommand(login.NewCmdLogin(f, nil))
+	root.AddCommand(register.NewCmdRegister(f, nil))
 	return root
 }

@@ -1061,7 +1061,10 @@ type LockClass struct {
 	// best-effort or durable.
 	Fairness string `protobuf:"bytes,8,opt,name=fairness,proto3" json:"fairness,omitempty"`
 	// The guarded resource.
-	Resource      string `protobuf:"bytes,9,opt,name=resource,proto3" json:"resource,omitempty"`
+	Resource string `protobuf:"bytes,9,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Advisory classes: who owns the risk, and when the waiver lapses.
+	RiskOwner     string                 `protobuf:"bytes,10,opt,name=risk_owner,json=riskOwner,proto3" json:"risk_owner,omitempty"`
+	WaiverExpires *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=waiver_expires,json=waiverExpires,proto3" json:"waiver_expires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1159,6 +1162,112 @@ func (x *LockClass) GetResource() string {
 	return ""
 }
 
+func (x *LockClass) GetRiskOwner() string {
+	if x != nil {
+		return x.RiskOwner
+	}
+	return ""
+}
+
+func (x *LockClass) GetWaiverExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaiverExpires
+	}
+	return nil
+}
+
+// ListClassesRequest lists the classes the caller may see.
+type ListClassesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this namespace (optional).
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClassesRequest) Reset() {
+	*x = ListClassesRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClassesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClassesRequest) ProtoMessage() {}
+
+func (x *ListClassesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClassesRequest.ProtoReflect.Descriptor instead.
+func (*ListClassesRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListClassesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// ListClassesResponse holds classes sorted by namespace and name.
+type ListClassesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The classes of namespaces the caller has grants in (all, for operators).
+	Classes       []*LockClass `protobuf:"bytes,1,rep,name=classes,proto3" json:"classes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClassesResponse) Reset() {
+	*x = ListClassesResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClassesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClassesResponse) ProtoMessage() {}
+
+func (x *ListClassesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClassesResponse.ProtoReflect.Descriptor instead.
+func (*ListClassesResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListClassesResponse) GetClasses() []*LockClass {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
 // AcquireRequest asks for a hold on key for a session.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1176,7 +1285,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1297,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1310,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -1245,7 +1354,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1366,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1379,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireResponse) GetToken() *Token {
@@ -1302,7 +1411,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1423,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1436,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseRequest) GetSessionId() int64 {
@@ -1362,7 +1471,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1483,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1496,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1408,7 +1517,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1529,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1542,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1468,7 +1577,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1589,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1602,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Hold) GetKey() string {
@@ -1567,7 +1676,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1688,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1701,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1629,7 +1738,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1750,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1763,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListHoldsRequest) GetPrefix() string {
@@ -1684,7 +1793,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1805,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1818,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -1735,7 +1844,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1856,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1869,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 // Session describes one session.
@@ -1786,7 +1895,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1907,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1920,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Session) GetSessionId() int64 {
@@ -1874,7 +1983,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +1995,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2008,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -1918,7 +2027,7 @@ type EpochStatusRequest struct {
 
 func (x *EpochStatusRequest) Reset() {
 	*x = EpochStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2039,7 @@ func (x *EpochStatusRequest) String() string {
 func (*EpochStatusRequest) ProtoMessage() {}
 
 func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2052,7 @@ func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusRequest.ProtoReflect.Descriptor instead.
 func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 // EpochStatusResponse reports the epoch.
@@ -1966,7 +2075,7 @@ type EpochStatusResponse struct {
 
 func (x *EpochStatusResponse) Reset() {
 	*x = EpochStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2087,7 @@ func (x *EpochStatusResponse) String() string {
 func (*EpochStatusResponse) ProtoMessage() {}
 
 func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2100,7 @@ func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusResponse.ProtoReflect.Descriptor instead.
 func (*EpochStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EpochStatusResponse) GetEpoch() uint32 {
@@ -2042,7 +2151,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2163,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2176,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -2099,7 +2208,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2220,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2233,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -2161,7 +2270,7 @@ type RequestEpochAdvanceRequest struct {
 
 func (x *RequestEpochAdvanceRequest) Reset() {
 	*x = RequestEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2282,7 @@ func (x *RequestEpochAdvanceRequest) String() string {
 func (*RequestEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2295,7 @@ func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
@@ -2218,7 +2327,7 @@ type RequestEpochAdvanceResponse struct {
 
 func (x *RequestEpochAdvanceResponse) Reset() {
 	*x = RequestEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2339,7 @@ func (x *RequestEpochAdvanceResponse) String() string {
 func (*RequestEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2352,7 @@ func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RequestEpochAdvanceResponse) GetId() string {
@@ -2292,7 +2401,7 @@ type ApproveEpochAdvanceRequest struct {
 
 func (x *ApproveEpochAdvanceRequest) Reset() {
 	*x = ApproveEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2413,7 @@ func (x *ApproveEpochAdvanceRequest) String() string {
 func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2426,7 @@ func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ApproveEpochAdvanceRequest) GetId() string {
@@ -2342,7 +2451,7 @@ type ApproveEpochAdvanceResponse struct {
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
 	*x = ApproveEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2463,7 @@ func (x *ApproveEpochAdvanceResponse) String() string {
 func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2476,7 @@ func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
@@ -2474,7 +2583,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"A\n" +
 	"\x15DescribeClassResponse\x12(\n" +
-	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\x98\x02\n" +
+	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\xfa\x02\n" +
 	"\tLockClass\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -2484,7 +2593,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x04tier\x18\x06 \x01(\tR\x04tier\x12$\n" +
 	"\x0eon_quorum_loss\x18\a \x01(\tR\fonQuorumLoss\x12\x1a\n" +
 	"\bfairness\x18\b \x01(\tR\bfairness\x12\x1a\n" +
-	"\bresource\x18\t \x01(\tR\bresource\"\x86\x01\n" +
+	"\bresource\x18\t \x01(\tR\bresource\x12\x1d\n" +
+	"\n" +
+	"risk_owner\x18\n" +
+	" \x01(\tR\triskOwner\x12A\n" +
+	"\x0ewaiver_expires\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\"2\n" +
+	"\x12ListClassesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"C\n" +
+	"\x13ListClassesResponse\x12,\n" +
+	"\aclasses\x18\x01 \x03(\v2\x12.lock.v1.LockClassR\aclasses\"\x86\x01\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
@@ -2573,7 +2690,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
 	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\x12\x1c\n" +
 	"\trequester\x18\x04 \x01(\tR\trequester\x12\x1a\n" +
-	"\bapprover\x18\x05 \x01(\tR\bapprover2\x87\x05\n" +
+	"\bapprover\x18\x05 \x01(\tR\bapprover2\xd1\x05\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -2583,7 +2700,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aRelease\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12<\n" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
 	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12K\n" +
-	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse2\xe2\x05\n" +
+	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse\x12H\n" +
+	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse2\xe2\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
 	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
@@ -2606,7 +2724,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(*ForceRelease)(nil),                // 0: lock.v1.ForceRelease
 	(*RequestForceReleaseRequest)(nil),  // 1: lock.v1.RequestForceReleaseRequest
@@ -2627,95 +2745,101 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*DescribeClassRequest)(nil),        // 16: lock.v1.DescribeClassRequest
 	(*DescribeClassResponse)(nil),       // 17: lock.v1.DescribeClassResponse
 	(*LockClass)(nil),                   // 18: lock.v1.LockClass
-	(*AcquireRequest)(nil),              // 19: lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),             // 20: lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),              // 21: lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),             // 22: lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),              // 23: lock.v1.InspectRequest
-	(*Hold)(nil),                        // 24: lock.v1.Hold
-	(*InspectResponse)(nil),             // 25: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),            // 26: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),           // 27: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),         // 28: lock.v1.ListSessionsRequest
-	(*Session)(nil),                     // 29: lock.v1.Session
-	(*ListSessionsResponse)(nil),        // 30: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),          // 31: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),         // 32: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),         // 33: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 34: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 35: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 36: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 37: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 38: lock.v1.ApproveEpochAdvanceResponse
-	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 40: google.protobuf.Duration
+	(*ListClassesRequest)(nil),          // 19: lock.v1.ListClassesRequest
+	(*ListClassesResponse)(nil),         // 20: lock.v1.ListClassesResponse
+	(*AcquireRequest)(nil),              // 21: lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),             // 22: lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),              // 23: lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),             // 24: lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),              // 25: lock.v1.InspectRequest
+	(*Hold)(nil),                        // 26: lock.v1.Hold
+	(*InspectResponse)(nil),             // 27: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 28: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 29: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 30: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 31: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 32: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 33: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 34: lock.v1.EpochStatusResponse
+	(*AdvanceEpochRequest)(nil),         // 35: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 36: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 37: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 38: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 39: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 40: lock.v1.ApproveEpochAdvanceResponse
+	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 42: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	39, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	39, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	39, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	41, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	41, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	40, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	40, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	40, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	42, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	42, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	18, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	40, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	40, // 12: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	9,  // 13: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	39, // 14: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	39, // 15: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	40, // 16: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	9,  // 17: lock.v1.Hold.token:type_name -> lock.v1.Token
-	24, // 18: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	24, // 19: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	40, // 20: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	39, // 21: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	39, // 22: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	40, // 23: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	29, // 24: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	39, // 25: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 26: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	12, // 27: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	14, // 28: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	16, // 29: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	19, // 30: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	21, // 31: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	23, // 32: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	26, // 33: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	28, // 34: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	31, // 35: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	33, // 36: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	35, // 37: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	37, // 38: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	1,  // 39: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	3,  // 40: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	5,  // 41: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	7,  // 42: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	11, // 43: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	13, // 44: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	15, // 45: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	17, // 46: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	20, // 47: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	22, // 48: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	25, // 49: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	27, // 50: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	30, // 51: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	32, // 52: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	34, // 53: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	36, // 54: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	38, // 55: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	2,  // 56: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	4,  // 57: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	6,  // 58: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	8,  // 59: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	43, // [43:60] is the sub-list for method output_type
-	26, // [26:43] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	42, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	41, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	18, // 13: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
+	42, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	9,  // 15: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	41, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	41, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	42, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	9,  // 19: lock.v1.Hold.token:type_name -> lock.v1.Token
+	26, // 20: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	26, // 21: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	42, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	41, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	41, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	42, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	31, // 26: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	41, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 28: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	12, // 29: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	14, // 30: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	16, // 31: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	21, // 32: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	23, // 33: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	25, // 34: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	28, // 35: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	30, // 36: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	19, // 37: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	33, // 38: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	35, // 39: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	37, // 40: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	39, // 41: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	1,  // 42: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	3,  // 43: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	5,  // 44: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	7,  // 45: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	11, // 46: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	13, // 47: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	15, // 48: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	17, // 49: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	22, // 50: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	24, // 51: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	27, // 52: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	29, // 53: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	32, // 54: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	20, // 55: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	34, // 56: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	36, // 57: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	38, // 58: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	40, // 59: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	2,  // 60: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	4,  // 61: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	6,  // 62: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	8,  // 63: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	46, // [46:64] is the sub-list for method output_type
+	28, // [28:46] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -2729,7 +2853,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

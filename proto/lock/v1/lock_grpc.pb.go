@@ -28,6 +28,7 @@ const (
 	LockService_Inspect_FullMethodName       = "/lock.v1.LockService/Inspect"
 	LockService_ListHolds_FullMethodName     = "/lock.v1.LockService/ListHolds"
 	LockService_ListSessions_FullMethodName  = "/lock.v1.LockService/ListSessions"
+	LockService_ListClasses_FullMethodName   = "/lock.v1.LockService/ListClasses"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -65,6 +66,9 @@ type LockServiceClient interface {
 	ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// ListClasses lists the loaded classes of the namespaces the caller has
+	// grants in, or all of them for an operator.
+	ListClasses(ctx context.Context, in *ListClassesRequest, opts ...grpc.CallOption) (*ListClassesResponse, error)
 }
 
 type lockServiceClient struct {
@@ -168,6 +172,16 @@ func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRe
 	return out, nil
 }
 
+func (c *lockServiceClient) ListClasses(ctx context.Context, in *ListClassesRequest, opts ...grpc.CallOption) (*ListClassesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClassesResponse)
+	err := c.cc.Invoke(ctx, LockService_ListClasses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -203,6 +217,9 @@ type LockServiceServer interface {
 	ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// ListClasses lists the loaded classes of the namespaces the caller has
+	// grants in, or all of them for an operator.
+	ListClasses(context.Context, *ListClassesRequest) (*ListClassesResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -239,6 +256,9 @@ func (UnimplementedLockServiceServer) ListHolds(context.Context, *ListHoldsReque
 }
 func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedLockServiceServer) ListClasses(context.Context, *ListClassesRequest) (*ListClassesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClasses not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -412,6 +432,24 @@ func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ListClasses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClassesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ListClasses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ListClasses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ListClasses(ctx, req.(*ListClassesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -450,6 +488,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSessions",
 			Handler:    _LockService_ListSessions_Handler,
+		},
+		{
+			MethodName: "ListClasses",
+			Handler:    _LockService_ListClasses_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
