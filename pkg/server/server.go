@@ -247,6 +247,21 @@ func ClassProto(c *class.Class) *lockv1.LockClass {
 	return pc
 }
 
+// ClassStats implements lock.v1.
+func (s *Server) ClassStats(ctx context.Context, _ *lockv1.ClassStatsRequest) (*lockv1.ClassStatsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &lockv1.ClassStatsResponse{}
+	for _, st := range s.arb.Stats(id) {
+		out.Stats = append(out.Stats, &lockv1.ClassStat{Namespace: st.Namespace, Class: st.Class, Grants: st.Grants,
+			GrantLatencyP50: durationpb.New(st.P50), GrantLatencyP99: durationpb.New(st.P99),
+			ExpiriesWithoutRelease: st.ExpiriesWithoutRelease})
+	}
+	return out, nil
+}
+
 // ListClasses implements lock.v1.
 func (s *Server) ListClasses(ctx context.Context, req *lockv1.ListClassesRequest) (*lockv1.ListClassesResponse, error) {
 	id, err := s.caller(ctx)

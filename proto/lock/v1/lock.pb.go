@@ -2514,6 +2514,177 @@ func (x *ApproveEpochAdvanceResponse) GetApprover() string {
 	return ""
 }
 
+// ClassStatsRequest asks for per-class statistics.
+type ClassStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClassStatsRequest) Reset() {
+	*x = ClassStatsRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClassStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClassStatsRequest) ProtoMessage() {}
+
+func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClassStatsRequest.ProtoReflect.Descriptor instead.
+func (*ClassStatsRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
+}
+
+// ClassStatsResponse holds per-class statistics of the lockd answering.
+type ClassStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per class with grants, sorted by namespace and class.
+	Stats         []*ClassStat `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClassStatsResponse) Reset() {
+	*x = ClassStatsResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClassStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClassStatsResponse) ProtoMessage() {}
+
+func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClassStatsResponse.ProtoReflect.Descriptor instead.
+func (*ClassStatsResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ClassStatsResponse) GetStats() []*ClassStat {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// ClassStat is one class's statistics on the lockd answering.
+type ClassStat struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class     string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	// Grants made, and their latency (Acquire to grant, waiting included) as
+	// histogram bucket upper bounds: "at most".
+	Grants          uint64               `protobuf:"varint,3,opt,name=grants,proto3" json:"grants,omitempty"`
+	GrantLatencyP50 *durationpb.Duration `protobuf:"bytes,4,opt,name=grant_latency_p50,json=grantLatencyP50,proto3" json:"grant_latency_p50,omitempty"`
+	GrantLatencyP99 *durationpb.Duration `protobuf:"bytes,5,opt,name=grant_latency_p99,json=grantLatencyP99,proto3" json:"grant_latency_p99,omitempty"`
+	// Sessions of the namespace opened here that ended by expiry, not close.
+	ExpiriesWithoutRelease uint64 `protobuf:"varint,6,opt,name=expiries_without_release,json=expiriesWithoutRelease,proto3" json:"expiries_without_release,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *ClassStat) Reset() {
+	*x = ClassStat{}
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClassStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClassStat) ProtoMessage() {}
+
+func (x *ClassStat) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClassStat.ProtoReflect.Descriptor instead.
+func (*ClassStat) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ClassStat) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ClassStat) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ClassStat) GetGrants() uint64 {
+	if x != nil {
+		return x.Grants
+	}
+	return 0
+}
+
+func (x *ClassStat) GetGrantLatencyP50() *durationpb.Duration {
+	if x != nil {
+		return x.GrantLatencyP50
+	}
+	return nil
+}
+
+func (x *ClassStat) GetGrantLatencyP99() *durationpb.Duration {
+	if x != nil {
+		return x.GrantLatencyP99
+	}
+	return nil
+}
+
+func (x *ClassStat) GetExpiriesWithoutRelease() uint64 {
+	if x != nil {
+		return x.ExpiriesWithoutRelease
+	}
+	return 0
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -2690,7 +2861,17 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
 	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\x12\x1c\n" +
 	"\trequester\x18\x04 \x01(\tR\trequester\x12\x1a\n" +
-	"\bapprover\x18\x05 \x01(\tR\bapprover2\xd1\x05\n" +
+	"\bapprover\x18\x05 \x01(\tR\bapprover\"\x13\n" +
+	"\x11ClassStatsRequest\">\n" +
+	"\x12ClassStatsResponse\x12(\n" +
+	"\x05stats\x18\x01 \x03(\v2\x12.lock.v1.ClassStatR\x05stats\"\x9f\x02\n" +
+	"\tClassStat\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x16\n" +
+	"\x06grants\x18\x03 \x01(\x04R\x06grants\x12E\n" +
+	"\x11grant_latency_p50\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP50\x12E\n" +
+	"\x11grant_latency_p99\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP99\x128\n" +
+	"\x18expiries_without_release\x18\x06 \x01(\x04R\x16expiriesWithoutRelease2\x98\x06\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -2701,7 +2882,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
 	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12K\n" +
 	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse\x12H\n" +
-	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse2\xe2\x05\n" +
+	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
+	"\n" +
+	"ClassStats\x12\x1a.lock.v1.ClassStatsRequest\x1a\x1b.lock.v1.ClassStatsResponse2\xe2\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
 	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
@@ -2724,7 +2907,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(*ForceRelease)(nil),                // 0: lock.v1.ForceRelease
 	(*RequestForceReleaseRequest)(nil),  // 1: lock.v1.RequestForceReleaseRequest
@@ -2767,79 +2950,87 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*RequestEpochAdvanceResponse)(nil), // 38: lock.v1.RequestEpochAdvanceResponse
 	(*ApproveEpochAdvanceRequest)(nil),  // 39: lock.v1.ApproveEpochAdvanceRequest
 	(*ApproveEpochAdvanceResponse)(nil), // 40: lock.v1.ApproveEpochAdvanceResponse
-	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 42: google.protobuf.Duration
+	(*ClassStatsRequest)(nil),           // 41: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 42: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 43: lock.v1.ClassStat
+	(*timestamppb.Timestamp)(nil),       // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 45: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	41, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	41, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	41, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	44, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	44, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	0,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	42, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	42, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	42, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	45, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	45, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	18, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	42, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	41, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	45, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	44, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	18, // 13: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	42, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	45, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	9,  // 15: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	41, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	41, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	42, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	44, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	44, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	45, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	9,  // 19: lock.v1.Hold.token:type_name -> lock.v1.Token
 	26, // 20: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	26, // 21: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	42, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	41, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	41, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	42, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	45, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	44, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	44, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	45, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	31, // 26: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	41, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 28: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	12, // 29: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	14, // 30: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	16, // 31: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	21, // 32: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	23, // 33: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	25, // 34: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	28, // 35: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	30, // 36: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	19, // 37: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	33, // 38: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	35, // 39: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	37, // 40: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	39, // 41: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	1,  // 42: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	3,  // 43: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	5,  // 44: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	7,  // 45: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	11, // 46: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	13, // 47: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	15, // 48: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	17, // 49: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	22, // 50: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	24, // 51: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	27, // 52: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	29, // 53: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	32, // 54: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	20, // 55: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	34, // 56: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	36, // 57: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	38, // 58: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	40, // 59: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	2,  // 60: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	4,  // 61: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	6,  // 62: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	8,  // 63: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	46, // [46:64] is the sub-list for method output_type
-	28, // [28:46] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	44, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	43, // 28: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	45, // 29: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	45, // 30: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	10, // 31: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	12, // 32: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	14, // 33: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	16, // 34: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	21, // 35: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	23, // 36: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	25, // 37: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	28, // 38: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	30, // 39: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	19, // 40: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	41, // 41: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	33, // 42: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	35, // 43: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	37, // 44: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	39, // 45: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	1,  // 46: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	3,  // 47: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	5,  // 48: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	7,  // 49: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	11, // 50: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	13, // 51: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	15, // 52: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	17, // 53: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	22, // 54: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	24, // 55: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	27, // 56: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	29, // 57: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	32, // 58: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	20, // 59: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	42, // 60: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	34, // 61: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	36, // 62: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	38, // 63: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	40, // 64: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	2,  // 65: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	4,  // 66: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	6,  // 67: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	8,  // 68: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	50, // [50:69] is the sub-list for method output_type
+	31, // [31:50] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -2853,7 +3044,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

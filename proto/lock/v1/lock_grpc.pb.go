@@ -29,6 +29,7 @@ const (
 	LockService_ListHolds_FullMethodName     = "/lock.v1.LockService/ListHolds"
 	LockService_ListSessions_FullMethodName  = "/lock.v1.LockService/ListSessions"
 	LockService_ListClasses_FullMethodName   = "/lock.v1.LockService/ListClasses"
+	LockService_ClassStats_FullMethodName    = "/lock.v1.LockService/ClassStats"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -69,6 +70,9 @@ type LockServiceClient interface {
 	// ListClasses lists the loaded classes of the namespaces the caller has
 	// grants in, or all of them for an operator.
 	ListClasses(ctx context.Context, in *ListClassesRequest, opts ...grpc.CallOption) (*ListClassesResponse, error)
+	// ClassStats reports, per class the caller may see, what this lockd has
+	// measured since it started: grants, grant latency, expiries.
+	ClassStats(ctx context.Context, in *ClassStatsRequest, opts ...grpc.CallOption) (*ClassStatsResponse, error)
 }
 
 type lockServiceClient struct {
@@ -182,6 +186,16 @@ func (c *lockServiceClient) ListClasses(ctx context.Context, in *ListClassesRequ
 	return out, nil
 }
 
+func (c *lockServiceClient) ClassStats(ctx context.Context, in *ClassStatsRequest, opts ...grpc.CallOption) (*ClassStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClassStatsResponse)
+	err := c.cc.Invoke(ctx, LockService_ClassStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -220,6 +234,9 @@ type LockServiceServer interface {
 	// ListClasses lists the loaded classes of the namespaces the caller has
 	// grants in, or all of them for an operator.
 	ListClasses(context.Context, *ListClassesRequest) (*ListClassesResponse, error)
+	// ClassStats reports, per class the caller may see, what this lockd has
+	// measured since it started: grants, grant latency, expiries.
+	ClassStats(context.Context, *ClassStatsRequest) (*ClassStatsResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -259,6 +276,9 @@ func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSession
 }
 func (UnimplementedLockServiceServer) ListClasses(context.Context, *ListClassesRequest) (*ListClassesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListClasses not implemented")
+}
+func (UnimplementedLockServiceServer) ClassStats(context.Context, *ClassStatsRequest) (*ClassStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClassStats not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -450,6 +470,24 @@ func _LockService_ListClasses_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ClassStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClassStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ClassStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ClassStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ClassStats(ctx, req.(*ClassStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -492,6 +530,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListClasses",
 			Handler:    _LockService_ListClasses_Handler,
+		},
+		{
+			MethodName: "ClassStats",
+			Handler:    _LockService_ClassStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -41,11 +41,11 @@ func (m model) refresh() tea.Cmd {
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := f(ctx)
+		d, err := f(ctx)
 		if err != nil {
 			return fetchedMsg{err: err}
 		}
-		return fetchedMsg{snapResp: Build(now(), resp, filter, by, 10)}
+		return fetchedMsg{snapResp: Build(now(), d, filter, by, 10)}
 	}
 }
 
@@ -108,13 +108,14 @@ func (m model) View() string {
 	if m.err != nil {
 		b.WriteString(bad.Render("refresh failed, retrying: "+m.err.Error()) + "\n")
 	}
-	b.WriteString(hdr.Render(fmt.Sprintf("%-14s %-22s %7s %8s %10s %13s", "NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD")) + "\n")
+	b.WriteString(hdr.Render(fmt.Sprintf("%-14s %-22s %6s %8s %10s %13s %8s %10s %9s", "NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD", "GRANTS", "GRANT P99", "EXPIRIES")) + "\n")
 	if m.snap == nil || len(m.snap.Classes) == 0 {
 		b.WriteString(dim.Render("no holds") + "\n")
 	} else {
 		for _, r := range m.snap.Classes {
-			line := fmt.Sprintf("%-14s %-22s %7d %8d %9.0f%% %13s", r.Namespace, r.Class, r.Holds, r.Waiters, r.Ratio*100,
-				time.Duration(r.LongestHoldSeconds*float64(time.Second)).Round(time.Second))
+			line := fmt.Sprintf("%-14s %-22s %6d %8d %9.0f%% %13s %8d %10s %9d", r.Namespace, r.Class, r.Holds, r.Waiters, r.Ratio*100,
+				time.Duration(r.LongestHoldSeconds*float64(time.Second)).Round(time.Second), r.Grants,
+				time.Duration(r.GrantP99Seconds*float64(time.Second)), r.ExpiriesWithoutRelease)
 			if r.Ratio >= 0.5 {
 				line = bad.Render(line)
 			}

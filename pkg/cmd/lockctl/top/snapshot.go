@@ -23,6 +23,12 @@ type ClassRow struct {
 	Contended          int     `json:"contended"`
 	Ratio              float64 `json:"contention_ratio"`
 	LongestHoldSeconds float64 `json:"longest_hold_seconds"`
+	// From the lockd answering, since it started: grants, their p99
+	// latency (a histogram bound: at most), and the namespace's sessions
+	// that expired without release.
+	Grants                 uint64  `json:"grants"`
+	GrantP99Seconds        float64 `json:"grant_p99_seconds"`
+	ExpiriesWithoutRelease uint64  `json:"expiries_without_release"`
 }
 
 // HotKey is one of the most contended keys.
@@ -49,15 +55,30 @@ const (
 	SortName       = "name"
 )
 
-// fetcher lists holds; the TUI and --once share it.
-type fetcher func(ctx context.Context) (*lockv1.ListHoldsResponse, error)
+// Data is what one refresh reads from lockd.
+type Data struct {
+	Holds *lockv1.ListHoldsResponse
+	Stats *lockv1.ClassStatsResponse
+}
+
+// fetcher reads holds and class statistics; the TUI and --once share it.
+type fetcher func(ctx context.Context) (Data, error)
 
 // Build aggregates holds per class, keeping keys matching filter (a
 // substring of key or class; empty keeps all), sorted by by, with the
 // hotN most contended keys.
-func Build(now time.Time, resp *lockv1.ListHoldsResponse, filter, by string, hotN int) *Snapshot {
+func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
+	resp := d.Holds
 	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{}}
 	rows := map[string]*ClassRow{}
+	for _, st := range d.Stats.GetStats() {
+		ref := st.GetNamespace() + "/" + st.GetClass()
+		if filter != "" && !strings.Contains(ref, filter) {
+			continue
+		}
+		rows[ref] = &ClassRow{Namespace: st.GetNamespace(), Class: st.GetClass(), Grants: st.GetGrants(),
+			GrantP99Seconds: cmdutil.Seconds(st.GetGrantLatencyP99()), ExpiriesWithoutRelease: st.GetExpiriesWithoutRelease()}
+	}
 	for _, h := range resp.GetHolds() {
 		if filter != "" && !strings.Contains(h.GetKey(), filter) && !strings.Contains(h.GetClass(), filter) {
 			continue
@@ -78,7 +99,9 @@ func Build(now time.Time, resp *lockv1.ListHoldsResponse, filter, by string, hot
 		s.Hot = append(s.Hot, HotKey{Key: h.GetKey(), Class: h.GetClass(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()), AgeSeconds: age})
 	}
 	for _, r := range rows {
-		r.Ratio = float64(r.Contended) / float64(r.Holds)
+		if r.Holds > 0 {
+			r.Ratio = float64(r.Contended) / float64(r.Holds)
+		}
 		s.Classes = append(s.Classes, *r)
 	}
 	sort.Slice(s.Classes, func(i, j int) bool {
@@ -112,14 +135,16 @@ func Build(now time.Time, resp *lockv1.ListHoldsResponse, filter, by string, hot
 
 // WriteTable implements printer.Tabular: the classes, then the hot keys.
 func (s *Snapshot) WriteTable(t *printer.Table) {
-	t.Header("NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD")
+	t.Header("NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD", "GRANTS", "GRANT P99", "EXPIRIES")
 	for _, r := range s.Classes {
 		c := printer.Cell{Text: fmt.Sprintf("%.0f%%", r.Ratio*100)}
 		if r.Ratio >= 0.5 {
 			c.Style = printer.Red
 		}
 		t.RowCells(printer.Cell{Text: r.Namespace}, printer.Cell{Text: r.Class}, printer.Cell{Text: fmt.Sprint(r.Holds)},
-			printer.Cell{Text: fmt.Sprint(r.Waiters)}, c, printer.Cell{Text: t.Duration(cmdutil.Duration(r.LongestHoldSeconds))})
+			printer.Cell{Text: fmt.Sprint(r.Waiters)}, c, printer.Cell{Text: t.Duration(cmdutil.Duration(r.LongestHoldSeconds))},
+			printer.Cell{Text: fmt.Sprint(r.Grants)}, printer.Cell{Text: cmdutil.Duration(r.GrantP99Seconds).String()},
+			printer.Cell{Text: fmt.Sprint(r.ExpiriesWithoutRelease)})
 	}
 	t.Empty("no holds")
 }

@@ -5,6 +5,7 @@ package top
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -43,7 +44,9 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			- the holds you may see;
 			- the waiters queued behind them;
 			- the share of holds anyone waits for;
-			- the longest hold.
+			- the longest hold;
+			- and, from the lockd you are connected to since it started, the grants,
+			  their p99 latency and the sessions that expired without release.
 
 			Enter drills down to the hottest keys: most waiters first, then oldest.
 			The view refreshes every --interval. If lockd is unreachable, the last
@@ -87,17 +90,34 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 
 func run(ctx context.Context, opts *Options) error {
 	list := func(c *client.Client) fetcher {
-		return func(ctx context.Context) (*lockv1.ListHoldsResponse, error) {
-			return c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: opts.Prefix, Limit: int32(opts.Limit)})
+		return func(ctx context.Context) (Data, error) {
+			holds, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: opts.Prefix, Limit: int32(opts.Limit)})
+			if err != nil {
+				return Data{}, err
+			}
+			stats, err := c.LockService().ClassStats(ctx, &lockv1.ClassStatsRequest{})
+			if err != nil {
+				return Data{}, err
+			}
+			if opts.Prefix != "" {
+				kept := stats.GetStats()[:0]
+				for _, st := range stats.GetStats() {
+					if strings.HasPrefix(st.GetNamespace()+"/", opts.Prefix) || strings.HasPrefix(opts.Prefix, st.GetNamespace()+"/") {
+						kept = append(kept, st)
+					}
+				}
+				stats.Stats = kept
+			}
+			return Data{Holds: holds, Stats: stats}, nil
 		}
 	}
 	if opts.Once || !opts.IO.IsStdoutTTY() {
 		return cmdutil.Call(ctx, opts.Client, 30*time.Second, func(ctx context.Context, c *client.Client) error {
-			resp, err := list(c)(ctx)
+			d, err := list(c)(ctx)
 			if err != nil {
 				return err
 			}
-			return opts.Printer().Print(Build(opts.Now(), resp, opts.Filter, opts.Sort, 10))
+			return opts.Printer().Print(Build(opts.Now(), d, opts.Filter, opts.Sort, 10))
 		})
 	}
 	c, err := opts.Client()

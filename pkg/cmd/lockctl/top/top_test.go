@@ -28,17 +28,21 @@ func hold(key, class string, waiters int32, age time.Duration) *lockv1.Hold {
 	return &lockv1.Hold{Key: key, Class: class, Holder: "spiffe://example.org/w", Waiters: waiters, Age: durationpb.New(age)}
 }
 
-var sample = &lockv1.ListHoldsResponse{Holds: []*lockv1.Hold{
+var sample = Data{Holds: &lockv1.ListHoldsResponse{Holds: []*lockv1.Hold{
 	hold("payments/ledger/1", "payments/ledger-writes", 3, 40*time.Second),
 	hold("payments/ledger/2", "payments/ledger-writes", 0, 5*time.Second),
 	hold("payments/export/1", "payments/report-export", 0, 90*time.Second),
 	hold("platform/leader", "platform/leader-election", 1, 300*time.Second),
-}}
+}}, Stats: &lockv1.ClassStatsResponse{Stats: []*lockv1.ClassStat{
+	{Namespace: "payments", Class: "ledger-writes", Grants: 1200, GrantLatencyP99: durationpb.New(40 * time.Millisecond), ExpiriesWithoutRelease: 2},
+	{Namespace: "search", Class: "reindex", Grants: 7, GrantLatencyP99: durationpb.New(2 * time.Millisecond)},
+}}}
 
 func TestBuild(t *testing.T) {
 	s := Build(at, sample, "", SortContention, 2)
-	require.Len(t, s.Classes, 3)
-	require.Equal(t, ClassRow{Namespace: "payments", Class: "ledger-writes", Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40}, s.Classes[0])
+	require.Len(t, s.Classes, 4, "a class with grants but no holds now still shows")
+	require.Equal(t, ClassRow{Namespace: "payments", Class: "ledger-writes", Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40,
+		Grants: 1200, GrantP99Seconds: 0.04, ExpiriesWithoutRelease: 2}, s.Classes[0])
 	require.Equal(t, "leader-election", s.Classes[1].Class)
 	require.Equal(t, []string{"payments/ledger/1", "platform/leader"}, []string{s.Hot[0].Key, s.Hot[1].Key})
 
@@ -78,6 +82,8 @@ func TestOnceAgainstLockd(t *testing.T) {
 	require.Len(t, s.Classes, 2)
 	require.Equal(t, "std", s.Classes[0].Class, "the contended class sorts first")
 	require.Equal(t, 1, s.Classes[0].Waiters)
+	require.Equal(t, uint64(1), s.Classes[0].Grants, "lockd's own statistics are merged in")
+	require.Positive(t, s.Classes[0].GrantP99Seconds)
 	require.Equal(t, "t/hot", s.Hot[0].Key)
 }
 
@@ -97,7 +103,7 @@ func TestFlags(t *testing.T) {
 // TestViewGolden renders the TUI over a fixed snapshot, drilled down to
 // the hot keys.
 func TestViewGolden(t *testing.T) {
-	fetch := func(context.Context) (*lockv1.ListHoldsResponse, error) { return sample, nil }
+	fetch := func(context.Context) (Data, error) { return sample, nil }
 	m := newModel(fetch, func() time.Time { return at }, time.Hour, "", SortContention)
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(110, 30))
 	teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return bytes.Contains(b, []byte("ledger-writes")) },
@@ -119,8 +125,9 @@ func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
 	c, err := client.New(client.WithTarget(addr), client.WithInsecureIdentity(lockdtest.Operator))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	fetch := func(ctx context.Context) (*lockv1.ListHoldsResponse, error) {
-		return c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: "t/"})
+	fetch := func(ctx context.Context) (Data, error) {
+		h, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: "t/"})
+		return Data{Holds: h}, err
 	}
 	tm := teatest.NewTestModel(t, newModel(fetch, time.Now, 500*time.Millisecond, "", SortContention), teatest.WithInitialTermSize(110, 30))
 	out := tm.Output()
