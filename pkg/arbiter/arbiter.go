@@ -90,6 +90,7 @@ type Arbiter struct {
 	cli       *clientv3.Client
 	leases    pb.LeaseClient
 	operators map[string]bool
+	admin     adminKV // the admin operations' limited view of etcd
 	oidcOps   bool
 	log       *slog.Logger
 	now       func() time.Time
@@ -119,6 +120,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		cli:       cfg.Client,
 		leases:    cfg.Leases,
 		operators: map[string]bool{},
+		admin:     adminKV{kv: cfg.Client},
 		oidcOps:   cfg.OIDCOperators,
 		log:       cfg.Logger,
 		now:       cfg.Now,

@@ -196,7 +196,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from u
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, err := a.cli.Get(cctx, epochKey)
+	cur, err := a.admin.Get(cctx, epochKey)
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
@@ -214,7 +214,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from u
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	b, _ := json.Marshal(req)
-	if _, err := a.cli.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := a.admin.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
@@ -237,7 +237,7 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (E
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	got, err := a.cli.Get(cctx, epochRequestPrefix+id)
+	got, err := a.admin.Get(cctx, epochRequestPrefix+id)
 	if err != nil {
 		return EpochRequest{}, EpochStatus{}, 0, storeErr(ctx, err)
 	}
@@ -264,7 +264,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	from, reason := req.From, req.Reason
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, err := a.cli.Get(cctx, epochKey)
+	cur, err := a.admin.Get(cctx, epochKey)
 	if err != nil {
 		return EpochStatus{}, 0, storeErr(ctx, err)
 	}
@@ -293,7 +293,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	if err != nil {
 		return EpochStatus{}, 0, storeErr(ctx, err)
 	}
-	resp, err := a.cli.Txn(cctx).
+	resp, err := a.admin.Txn(cctx).
 		If(
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision),
 			clientv3.Compare(clientv3.ModRevision(epochRequestPrefix+req.ID), "=", reqRev),

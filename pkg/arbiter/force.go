@@ -74,7 +74,7 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason s
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, holdKey(key))
+	resp, err := a.admin.Get(cctx, holdKey(key))
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
 	}
@@ -98,7 +98,7 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason s
 		return ForceRelease{}, storeErr(ctx, err)
 	}
 	b, _ := json.Marshal(fr)
-	if _, err := a.cli.Put(cctx, forceRequestPrefix+fr.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := a.admin.Put(cctx, forceRequestPrefix+fr.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
 	}
 	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(key), "requested").Inc()
@@ -127,7 +127,7 @@ func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64,
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, forceRequestPrefix+id)
+	resp, err := a.admin.Get(cctx, forceRequestPrefix+id)
 	if err != nil {
 		return ForceRelease{}, 0, storeErr(ctx, err)
 	}
@@ -169,7 +169,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller, id string) (F
 	b, _ := json.Marshal(rec)
 	recKey := forceRecordPrefix + fr.ID
 	hk := holdKey(fr.Key)
-	resp, err := a.cli.Txn(cctx).If(
+	resp, err := a.admin.Txn(cctx).If(
 		clientv3.Compare(clientv3.ModRevision(hk), "=", fr.HoldRevision),
 		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(fr.Session)),
 		clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+fr.ID), "=", reqRev),
@@ -211,7 +211,7 @@ func (a *Arbiter) DenyForceRelease(ctx context.Context, caller, id, reason strin
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+id), "=", reqRev)).
+	resp, err := a.admin.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+id), "=", reqRev)).
 		Then(clientv3.OpDelete(forceRequestPrefix + id)).Commit()
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
@@ -231,7 +231,7 @@ func (a *Arbiter) ListForceReleases(ctx context.Context, caller string) ([]Force
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, forceRequestPrefix, clientv3.WithPrefix())
+	resp, err := a.admin.Get(cctx, forceRequestPrefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, storeErr(ctx, err)
 	}
