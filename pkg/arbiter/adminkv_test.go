@@ -14,7 +14,10 @@ type nothingKV struct {
 	t *testing.T
 }
 
-func (n nothingKV) Txn(context.Context) clientv3.Txn { n.t.Fatal("a refused Txn reached etcd"); return nil }
+func (n nothingKV) Txn(context.Context) clientv3.Txn {
+	n.t.Fatal("a refused Txn reached etcd")
+	return nil
+}
 
 func TestAdminKVRefusesKeysOutsideTheAdminPrefixes(t *testing.T) {
 	k := adminKV{kv: nothingKV{t: t}}
