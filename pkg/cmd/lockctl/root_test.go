@@ -97,3 +97,11 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		require.NotEmpty(t, c.Long, "%s has no long help", c.CommandPath())
 	}
 }
+
+func TestCompletionBash(t *testing.T) {
+	f, ios := testFactory(t)
+	require.Equal(t, cmdutil.ExitOK, Run(f, []string{"completion", "bash"}))
+	out := ios.Out.(interface{ String() string }).String()
+	require.Contains(t, out, "bash completion V2 for lockctl")
+	require.Contains(t, out, "__start_lockctl")
+}
