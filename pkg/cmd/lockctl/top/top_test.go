@@ -10,7 +10,9 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -23,6 +25,9 @@ import (
 )
 
 var at = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Goldens are plain text whatever terminal the tests run under.
+func init() { lipgloss.SetColorProfile(termenv.Ascii) }
 
 func hold(key, class string, waiters int32, age time.Duration) *lockv1.Hold {
 	return &lockv1.Hold{Key: key, Class: class, Holder: "spiffe://example.org/w", Waiters: waiters, Age: durationpb.New(age)}
