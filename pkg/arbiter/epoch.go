@@ -242,7 +242,7 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (E
 		return EpochRequest{}, EpochStatus{}, 0, storeErr(ctx, err)
 	}
 	if len(got.Kvs) == 0 {
-		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: %s", ErrForceNotFound, id)
+		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: %s", ErrEpochRequestNotFound, id)
 	}
 	var req EpochRequest
 	if err := json.Unmarshal(got.Kvs[0].Value, &req); err != nil {

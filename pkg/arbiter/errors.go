@@ -42,6 +42,9 @@ var (
 	// ErrForceNotFound: no pending force-release request has this id (it
 	// was approved, denied or expired).
 	ErrForceNotFound = errors.New("arbiter: no pending force-release request with this id (approved, denied or expired)")
+	// ErrEpochRequestNotFound: no pending epoch-advance request has this id
+	// (approved or expired).
+	ErrEpochRequestNotFound = errors.New("arbiter: no pending epoch-advance request with this id (approved or expired)")
 	// ErrSamePerson: the approver of a force-release is its requester.
 	ErrSamePerson = errors.New("arbiter: the approver must be a different operator than the requester")
 	// ErrHoldChanged: the hold was released, expired or re-granted since the

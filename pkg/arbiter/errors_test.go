@@ -31,6 +31,12 @@ func TestCode(t *testing.T) {
 		{authz.ErrDenied, codes.PermissionDenied},
 		{fmt.Errorf("%w: etcd", ErrUnavailable), codes.Unavailable},
 		{ErrInternal, codes.Internal},
+		{ErrEpochGrace, codes.Unavailable},
+		{fmt.Errorf("%w: t/x", ErrNotHeld), codes.NotFound},
+		{fmt.Errorf("%w: id", ErrForceNotFound), codes.NotFound},
+		{fmt.Errorf("%w: id", ErrEpochRequestNotFound), codes.NotFound},
+		{ErrSamePerson, codes.PermissionDenied},
+		{ErrHoldChanged, codes.FailedPrecondition},
 	}
 	for _, tt := range tests {
 		if got := Code(tt.err); got != tt.want {

@@ -118,7 +118,8 @@ func Code(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrLeak):
 		return codes.AlreadyExists
-	case errors.Is(err, ErrSessionNotFound), errors.Is(err, ErrNotHeld), errors.Is(err, ErrForceNotFound):
+	case errors.Is(err, ErrSessionNotFound), errors.Is(err, ErrNotHeld), errors.Is(err, ErrForceNotFound),
+		errors.Is(err, ErrEpochRequestNotFound):
 		return codes.NotFound
 	case errors.Is(err, ErrNotOperator), errors.Is(err, ErrSamePerson), isDenied(err):
 		return codes.PermissionDenied
