@@ -158,6 +158,38 @@ func run(ctx context.Context, opts *Options) (err error) {
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
 	}
 
+	// lockctl's config is written before /readyz can answer: a script that
+	// waits for readiness and then runs lockctl finds it.
+	lockctlPath := ""
+	if mode == "embedded" && bundle != nil {
+		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
+		contexts := []client.Context{{
+			Name:   "dev",
+			Server: dialAddr(grpcLis.Addr()),
+			CA:     bundle.CACert,
+			Cert:   bundle.ClientCert,
+			Key:    bundle.ClientKey,
+		}}
+		if _, err := os.Stat(lockctlPath); errors.Is(err, os.ErrNotExist) && len(opts.Operators) == 0 {
+			ops, err := devOperatorContexts(dataDir, dialAddr(grpcLis.Addr()), bundle.CACert, opts.now())
+			if err != nil {
+				_ = grpcLis.Close()
+				_ = httpLis.Close()
+				return err
+			}
+			contexts = append(contexts, ops...)
+		}
+		wrote, err := writeLockctlConfig(lockctlPath, client.Config{CurrentContext: "dev", Contexts: contexts})
+		if err != nil {
+			_ = grpcLis.Close()
+			_ = httpLis.Close()
+			return err
+		}
+		if wrote {
+			logger.Info("wrote lockctl config", "path", lockctlPath)
+		}
+	}
+
 	serveErr := make(chan error, 2)
 	go func() {
 		if err := g.Serve(grpcLis); err != nil {
@@ -187,32 +219,6 @@ func run(ctx context.Context, opts *Options) (err error) {
 		}
 		logger.Info("lockd stopped")
 	}()
-
-	lockctlPath := ""
-	if mode == "embedded" && bundle != nil {
-		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
-		contexts := []client.Context{{
-			Name:   "dev",
-			Server: dialAddr(grpcLis.Addr()),
-			CA:     bundle.CACert,
-			Cert:   bundle.ClientCert,
-			Key:    bundle.ClientKey,
-		}}
-		if _, err := os.Stat(lockctlPath); errors.Is(err, os.ErrNotExist) && len(opts.Operators) == 0 {
-			ops, err := devOperatorContexts(dataDir, dialAddr(grpcLis.Addr()), bundle.CACert, opts.now())
-			if err != nil {
-				return err
-			}
-			contexts = append(contexts, ops...)
-		}
-		wrote, err := writeLockctlConfig(lockctlPath, client.Config{CurrentContext: "dev", Contexts: contexts})
-		if err != nil {
-			return err
-		}
-		if wrote {
-			logger.Info("wrote lockctl config", "path", lockctlPath)
-		}
-	}
 
 	ready := []any{
 		"listen", grpcLis.Addr().String(),

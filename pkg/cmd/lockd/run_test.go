@@ -111,7 +111,9 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "not ready in time; logs:\n%s", logs.String())
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.Contains(t, logs.String(), `"msg":"lockd ready"`)
+	// The "lockd ready" line follows /readyz by an etcd read.
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), `"msg":"lockd ready"`) }, 5*time.Second, 20*time.Millisecond,
+		"no lockd ready line; logs:\n%s", logs.String())
 	require.Contains(t, logs.String(), `"mode":"embedded"`)
 
 	resp, err := http.Get(base + "/metrics")
