@@ -94,7 +94,7 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bench: building lockd: %v\n%s", err, out)
 	}
-	redisAddr, stopRedis, redisWhy := startRedis(o.Out, wants(o.Systems, result.Redsync))
+	redisAddr, stopRedis, redisWhy := startRedis(o.Out, slices.Contains(o.Systems, result.Redsync))
 	defer stopRedis()
 
 	var runs []*result.Run
@@ -422,15 +422,6 @@ func startRedis(out string, want bool) (addr string, stop func(), why string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return addr, func() { p.Stop(5 * time.Second) }, ""
-}
-
-func wants(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func logf(w io.Writer, format string, args ...any) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -89,7 +90,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, s := range o.Systems {
-		if !wants(AllSystems, s) {
+		if !slices.Contains(AllSystems, s) {
 			fmt.Fprintf(stderr, "bench: unknown system %q; systems: %s\n", s, strings.Join(AllSystems, ","))
 			return 2
 		}

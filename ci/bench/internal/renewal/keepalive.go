@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
 	"github.com/lockd-dev/lockd/pkg/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -283,7 +284,7 @@ type kaStream struct {
 // the stream fails.
 func (st *kaStream) open() (stream lockv1.LockService_KeepAliveClient, broken chan struct{}, err error) {
 	ctx, cancel := context.WithCancel(st.k.ctx)
-	ctx = metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, identityOf(st.ident))
+	ctx = metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, rig.Identity(st.ident))
 	stream, err = st.client.KeepAlive(ctx)
 	if err != nil {
 		cancel()

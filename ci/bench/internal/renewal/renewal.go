@@ -91,8 +91,6 @@ var (
 	errLost      = errors.New("a session was lost while loading")
 )
 
-func identityOf(i int) string { return rig.Identity(i) }
-
 // run is one Run's state.
 type run struct {
 	cfg     Config
@@ -516,7 +514,7 @@ func (r *run) client(ident int) lockv1.LockServiceClient { return r.clients[iden
 // as makes ctx's calls come from identity ident (lockd's insecure loopback
 // header).
 func (r *run) as(ctx context.Context, ident int) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, identityOf(ident))
+	return metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, rig.Identity(ident))
 }
 
 // parallel calls do n times, inflight at a time, until ctx ends or a call

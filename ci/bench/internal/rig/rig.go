@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockd-dev/lockd/ci/internal/classdir"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
 )
@@ -137,33 +138,11 @@ func (r *Rig) Close() {
 // WriteClasses writes the benchmark's class (fenced, 15 s TTL: keepalives
 // every 5 s, as the seed sizes them) and a grant of bench/ to each identity.
 func WriteClasses(dir string, identities int) error {
-	if err := os.MkdirAll(filepath.Join(dir, Namespace), 0o755); err != nil {
-		return err
+	ids := make([]string, identities)
+	for i := range ids {
+		ids[i] = Identity(i)
 	}
-	cls := fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata:
-  name: std
-  namespace: %s
-spec:
-  purpose: correctness
-  enforcement: fenced
-  ttl: %s
-  tier: entity
-  resource: bench
-`, Namespace, ClassTTL)
-	var b strings.Builder
-	for i := range identities {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		fmt.Fprintf(&b, "apiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata:\n  name: c%d\n  namespace: %s\nspec:\n  spiffeID: %s\n  prefixes: [\"%s/\"]\n",
-			i, Namespace, Identity(i), Namespace)
-	}
-	if err := os.WriteFile(filepath.Join(dir, Namespace, "classes.yaml"), []byte(cls), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, Namespace, "grants.yaml"), []byte(b.String()), 0o644)
+	return classdir.Write(dir, classdir.Fenced{Namespace: Namespace, Name: "std", Resource: "bench", TTL: ClassTTL}, ids)
 }
 
 // Usage is a process's CPU time and resident memory.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,7 +168,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	if o.Netns == "auto" {
 		if err := cluster.NetnsAvailable(); err == nil {
 			useNetns = true
-		} else if wants(o.Faults, KindLeaderIsolate) {
+		} else if slices.Contains(o.Faults, KindLeaderIsolate) {
 			return fmt.Errorf("%w (needed by %s; run as root, or leave it out of --faults)", err, KindLeaderIsolate)
 		}
 	}
@@ -341,15 +342,6 @@ func (r *run) verdict(s *Summary) error {
 	_ = os.RemoveAll(filepath.Join(r.dir, "postgres"))
 	_ = os.RemoveAll(filepath.Join(r.dir, "bin"))
 	return verr
-}
-
-func wants(kinds []string, k string) bool {
-	for _, x := range kinds {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // postgresInstalled reports whether this machine has PostgreSQL's server

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -71,7 +72,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "none", "":
 	default:
 		for _, k := range strings.Split(*faults, ",") {
-			if !wants(Kinds, k) {
+			if !slices.Contains(Kinds, k) {
 				fmt.Fprintf(stderr, "gate: --faults: unknown kind %q; kinds: %s\n", k, strings.Join(Kinds, ", "))
 				return 2
 			}

@@ -1,8 +1,10 @@
 package cmdutil
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -61,4 +63,16 @@ func Describe(err error, target string) string {
 		return msg
 	}
 	return msg + "\n" + hint
+}
+
+// ConfirmYes asks "Type "yes" to <action>:" on the error stream and reads
+// one line from in. Anything but "yes" is an ExitFailure wrapping ErrCancel
+// that says what did not happen (notDone).
+func ConfirmYes(in io.Reader, w io.Writer, action, notDone string) error {
+	fmt.Fprintf(w, "Type \"yes\" to %s: ", action)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	if strings.TrimSpace(line) != "yes" {
+		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%w: %s", ErrCancel, notDone)}
+	}
+	return nil
 }

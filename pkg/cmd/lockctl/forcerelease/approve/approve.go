@@ -2,10 +2,8 @@
 package approve
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -114,10 +112,5 @@ func confirm(ctx context.Context, opts *Options, c *client.Client) error {
 	if warn := view.Warning(req.Enforcement); warn != "" {
 		fmt.Fprintln(w, warn)
 	}
-	fmt.Fprintf(w, "Type \"yes\" to release %s: ", req.Key)
-	line, _ := bufio.NewReader(opts.IO.In).ReadString('\n')
-	if strings.TrimSpace(line) != "yes" {
-		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%w: nothing was released", cmdutil.ErrCancel)}
-	}
-	return nil
+	return cmdutil.ConfirmYes(opts.IO.In, w, "release "+req.Key, "nothing was released")
 }

@@ -2,11 +2,9 @@
 package approve
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,12 +96,7 @@ func confirm(ctx context.Context, opts *Options, c *client.Client) error {
 			v.Epoch, v.RecordClusterID, v.StoreClusterID, cmdutil.YesNo(v.Sealed))
 		fmt.Fprintf(w, "Advancing to epoch %d deletes EVERY hold: all holders lose their locks now.\n", v.Epoch+1)
 	}
-	fmt.Fprintf(w, "Type \"yes\" to approve request %s: ", opts.ID)
-	line, _ := bufio.NewReader(opts.IO.In).ReadString('\n')
-	if strings.TrimSpace(line) != "yes" {
-		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("%w: the epoch was not advanced", cmdutil.ErrCancel)}
-	}
-	return nil
+	return cmdutil.ConfirmYes(opts.IO.In, w, "approve request "+opts.ID, "the epoch was not advanced")
 }
 
 // View is the result of an advance. The cluster ID is a hex string.

@@ -1,0 +1,50 @@
+// Package classdir writes the class directory the gate and the benchmarks
+// run lockd with: one fenced class in one namespace, and a grant of the
+// whole namespace to each client identity.
+package classdir
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Fenced describes the one class.
+type Fenced struct {
+	Namespace, Name, Resource string
+	TTL                       time.Duration
+}
+
+// Write writes dir/<namespace>/classes.yaml with the class and
+// dir/<namespace>/grants.yaml granting "<namespace>/" to each identity.
+func Write(dir string, c Fenced, identities []string) error {
+	if err := os.MkdirAll(filepath.Join(dir, c.Namespace), 0o755); err != nil {
+		return err
+	}
+	cls := fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: %s
+  tier: entity
+  resource: %s
+`, c.Name, c.Namespace, c.TTL, c.Resource)
+	var b strings.Builder
+	for i, id := range identities {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		fmt.Fprintf(&b, "apiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata:\n  name: c%d\n  namespace: %s\nspec:\n  spiffeID: %s\n  prefixes: [\"%s/\"]\n",
+			i, c.Namespace, id, c.Namespace)
+	}
+	if err := os.WriteFile(filepath.Join(dir, c.Namespace, "classes.yaml"), []byte(cls), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, c.Namespace, "grants.yaml"), []byte(b.String()), 0o644)
+}
