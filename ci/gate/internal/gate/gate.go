@@ -325,7 +325,7 @@ func (r *run) verdict(s *Summary) error {
 		verr = ErrExpected
 	case r.o.Expect:
 		verr = nil
-	case res.Violations > 0 || res.Inconclusive > 0:
+	case !res.Passed():
 		verr = fmt.Errorf("%w: %d (inconclusive %d)", ErrViolation, res.Violations, res.Inconclusive)
 	case res.Grants < r.o.MinGrants:
 		verr = fmt.Errorf("%w: %d grants, at least %d needed", ErrTooLittle, res.Grants, r.o.MinGrants)
