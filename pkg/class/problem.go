@@ -20,6 +20,12 @@ type Problem struct {
 	Field string
 	// Rule describes the rule broken.
 	Rule string
+	// ID names the rule broken, e.g. "ttl-range" (see Rules), so that
+	// tools and people can refer to it.
+	ID string
+	// Warning marks a problem that does not fail a check (for example a
+	// waiver that lapses soon). Loaders never return warnings.
+	Warning bool
 }
 
 // Error formats the problem as "file:line: Kind ns/name: field: rule",

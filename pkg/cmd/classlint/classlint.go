@@ -1,81 +1,57 @@
-// Package classlint is the class-lint command. For now it has one
-// subcommand, check, which applies the same rules lockd applies when it
-// loads a class directory; the pull-request review features come later.
+// Package classlint is the class-lint command: it reviews lock-class
+// definitions (check), prices TTL changes from Prometheus (cost), posts the
+// review on a Gitea pull request (comment), lists the advisory risk register
+// (register) and serves the same rules as a validating admission webhook
+// (webhook).
 package classlint
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/lockd-dev/lockd/pkg/class"
 )
 
 // Exit codes.
 const (
-	ExitOK         = 0
+	// ExitOK means no violations (warnings may have been printed).
+	ExitOK = 0
+	// ExitViolations means at least one rule was broken.
 	ExitViolations = 1
-	ExitUsage      = 2
+	// ExitUsage means the command line or its inputs could not be used.
+	ExitUsage = 2
 )
 
-// CheckOptions are the options of class-lint check.
-type CheckOptions struct {
-	Dir string
-	Now func() time.Time
-	Out io.Writer
-}
+// exitError carries an exit code out of a subcommand; its message, if any,
+// has already been printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // Main runs class-lint with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	code := ExitOK
 	root := &cobra.Command{
-		Use:           "class-lint",
-		Short:         "Review lock-class definitions",
+		Use:   "class-lint",
+		Short: "Review lock-class definitions",
+		Long: `class-lint reviews LockClass and LockGrant definitions: the rules lockd applies
+when it loads them, plus the review rules (pause-test results for fenced classes,
+waiver expiry, overlapping grants, CODEOWNERS), the renewal cost of a change
+priced from Prometheus, and the pull-request comment that carries both.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	check := &cobra.Command{
-		Use:   "check [dir]",
-		Short: "Check a class directory (default ./classes) against the class rules",
-		Example: `  class-lint check
-  class-lint check ./classes`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			opts := CheckOptions{Dir: "classes", Now: time.Now, Out: stdout}
-			if len(args) == 1 {
-				opts.Dir = args[0]
-			}
-			code = checkRun(opts)
-			return nil
-		},
-	}
-	root.AddCommand(check)
+	root.AddCommand(
+		newCheckCmd(stdout),
+	)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.Execute(); err != nil {
+		if e, ok := err.(exitError); ok {
+			return e.code
+		}
 		fmt.Fprintln(stderr, "class-lint:", err)
 		return ExitUsage
 	}
-	return code
-}
-
-func checkRun(opts CheckOptions) int {
-	_, err := class.LoadDir(opts.Dir, opts.Now())
-	if err == nil {
-		fmt.Fprintf(opts.Out, "%s: ok\n", opts.Dir)
-		return ExitOK
-	}
-	var le *class.LoadError
-	if errors.As(err, &le) {
-		for _, p := range le.Problems {
-			fmt.Fprintln(opts.Out, p.Error())
-		}
-		return ExitViolations
-	}
-	fmt.Fprintln(opts.Out, err)
-	return ExitUsage
+	return ExitOK
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the servers the tests start for real, once per machine:
+#   - Debian packages: iproute2, postgresql, redis-server, prometheus
+#   - Gitea v1.26.0 built from the Go module proxy into $LOCKD_TOOLS/bin/gitea
+#     (about 12 minutes cold, cached after that; the tests find it there)
+# Usage: bash ci/tools.sh [apt|gitea|all]   (default all)
+set -euo pipefail
+LOCKD_TOOLS="${LOCKD_TOOLS:-$HOME/.cache/lockd-tools}"
+what="${1:-all}"
+
+apt_packages() {
+  local need=()
+  command -v ip >/dev/null || need+=(iproute2)
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+  command -v redis-server >/dev/null || need+=(redis-server)
+  command -v prometheus >/dev/null || need+=(prometheus)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "apt: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+    # Debian starts prometheus as a service on :9090; the tests start their own.
+    if command -v systemctl >/dev/null; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+  fi
+}
+
+gitea() {
+  local version=1.26.0
+  local bin="$LOCKD_TOOLS/bin/gitea"
+  local src="$LOCKD_TOOLS/gitea-$version-src"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$version"; then
+    echo "gitea $version: cached at $bin"
+    return
+  fi
+  echo "gitea $version: building from the module proxy (about 12 minutes, once)"
+  mkdir -p "$LOCKD_TOOLS/bin"
+  local dir
+  dir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "code.gitea.io/gitea@v$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -rf "$src" && cp -r "$dir" "$src" && chmod -R u+w "$src"
+  (cd "$src" && CGO_ENABLED=1 go build -tags 'sqlite sqlite_unlock_notify' \
+      -ldflags "-s -w -X main.Version=$version" -o "$bin.tmp" .)
+  mv "$bin.tmp" "$bin"
+  # Gitea serves its templates and assets from the source tree (STATIC_ROOT_PATH).
+  echo "$src" > "$LOCKD_TOOLS/gitea-static-root"
+  echo "gitea $version: built at $bin"
+}
+
+case "$what" in
+  apt) apt_packages ;;
+  gitea) gitea ;;
+  all) apt_packages; gitea ;;
+  *) echo "usage: ci/tools.sh [apt|gitea|all]" >&2; exit 2 ;;
+esac
