@@ -20,6 +20,8 @@ const (
 	KindLockClass = "LockClass"
 	// KindLockGrant is the kind of a [Grant] document.
 	KindLockGrant = "LockGrant"
+	// KindPauseTestResult is the kind of a [PauseTest] document.
+	KindPauseTestResult = "PauseTestResult"
 )
 
 // TTL bounds.
@@ -109,8 +111,12 @@ type Class struct {
 	OnQuorumLoss QuorumLossPolicy
 	// Fairness is spec.fairness, or FairnessBestEffort when unset.
 	Fairness Fairness
-	// Resource optionally names the guarded resource.
+	// Resource optionally names the guarded resource; a fenced class needs
+	// it, because its pause test is run against that resource.
 	Resource string
+	// ResourceSchemaVersion is the resource's schema version label. A pause
+	// test result counts only for the version it was run against.
+	ResourceSchemaVersion string
 	// RiskOwner owns the risk of an advisory class.
 	RiskOwner string
 	// WaiverExpires is when the risk waiver of an advisory class lapses; a
@@ -133,8 +139,50 @@ type Grant struct {
 	SPIFFEID string
 	// Prefixes are the key prefixes granted; each ends with "/".
 	Prefixes []string
+	// SharedWith names other grants of the namespace that may give an
+	// overlapping prefix to another identity: saying so is what makes an
+	// overlap reviewed rather than accidental.
+	SharedWith []string
 	// Source is the file the grant was read from.
 	Source string
 	// Line is the line of Source where the grant document starts.
+	Line int
+}
+
+// PauseTestOutcomePass is the only outcome a PauseTestResult records: the
+// kit writes no result for a failed run.
+const PauseTestOutcomePass = "pass"
+
+// PauseTestValidity is how long a pause-test result counts.
+const PauseTestValidity = 365 * 24 * time.Hour
+
+// PauseTest is a PauseTestResult: the record that the pause test (lockctl
+// fence-test) saw the resource reject a stale holder's write. It lives next
+// to the class it proves fenced.
+type PauseTest struct {
+	// Namespace is metadata.namespace.
+	Namespace string
+	// Name is metadata.name.
+	Name string
+	// Class is the name of the class tested, in the same namespace.
+	Class string
+	// Resource is the resource the test wrote to; it must equal the
+	// class's spec.resource.
+	Resource string
+	// ResourceSchemaVersion is the resource's schema version label when
+	// the test ran.
+	ResourceSchemaVersion string
+	// Outcome is PauseTestOutcomePass.
+	Outcome string
+	// RanAt is when the test ran.
+	RanAt time.Time
+	// Expires is when the result stops counting (RanAt plus a year at most).
+	Expires time.Time
+	// FirstToken and SecondToken are the fencing tokens of the paused
+	// holder and of the holder that took over, as decimal strings.
+	FirstToken, SecondToken string
+	// Source is the file the result was read from.
+	Source string
+	// Line is the line of Source where the document starts.
 	Line int
 }

@@ -30,15 +30,16 @@ type (
 		Kind       string      `json:"kind"`
 		Metadata   metadataDoc `json:"metadata"`
 		Spec       struct {
-			Purpose       string `json:"purpose"`
-			Enforcement   string `json:"enforcement"`
-			TTL           string `json:"ttl"`
-			Tier          string `json:"tier"`
-			OnQuorumLoss  string `json:"onQuorumLoss"`
-			Fairness      string `json:"fairness"`
-			Resource      string `json:"resource"`
-			RiskOwner     string `json:"riskOwner"`
-			WaiverExpires string `json:"waiverExpires"`
+			Purpose               string `json:"purpose"`
+			Enforcement           string `json:"enforcement"`
+			TTL                   string `json:"ttl"`
+			Tier                  string `json:"tier"`
+			OnQuorumLoss          string `json:"onQuorumLoss"`
+			Fairness              string `json:"fairness"`
+			Resource              string `json:"resource"`
+			ResourceSchemaVersion string `json:"resourceSchemaVersion"`
+			RiskOwner             string `json:"riskOwner"`
+			WaiverExpires         string `json:"waiverExpires"`
 		} `json:"spec"`
 	}
 	grantDoc struct {
@@ -46,8 +47,26 @@ type (
 		Kind       string      `json:"kind"`
 		Metadata   metadataDoc `json:"metadata"`
 		Spec       struct {
-			SPIFFEID string   `json:"spiffeID"`
-			Prefixes []string `json:"prefixes"`
+			SPIFFEID   string   `json:"spiffeID"`
+			Prefixes   []string `json:"prefixes"`
+			SharedWith []string `json:"sharedWith"`
+		} `json:"spec"`
+	}
+	pauseTestDoc struct {
+		APIVersion string      `json:"apiVersion"`
+		Kind       string      `json:"kind"`
+		Metadata   metadataDoc `json:"metadata"`
+		Spec       struct {
+			Class                 string `json:"class"`
+			Resource              string `json:"resource"`
+			ResourceSchemaVersion string `json:"resourceSchemaVersion"`
+			Outcome               string `json:"outcome"`
+			RanAt                 string `json:"ranAt"`
+			Expires               string `json:"expires"`
+			Tokens                struct {
+				First  string `json:"first"`
+				Second string `json:"second"`
+			} `json:"tokens"`
 		} `json:"spec"`
 	}
 )
@@ -60,42 +79,84 @@ type (
 // waivers have not expired; a zero now skips that check, so a load does not
 // depend on the clock (lockd loads that way: a lapsed waiver must not stop
 // the service; class-lint fails on it instead). Objects with problems are
-// not returned.
+// not returned; PauseTestResult documents are checked but not returned (see
+// [Parse]).
 func ParseFile(path string, data []byte, namespaceFromDir string, now time.Time) ([]*Class, []Grant, []Problem) {
-	p := &fileParser{path: path, nsDir: namespaceFromDir, now: now}
-	docs := p.split(data)
-	seen := make(map[string]int) // kind/ns/name → line
+	f := Parse(path, data, namespaceFromDir, now)
 	var (
 		classes []*Class
 		grants  []Grant
 	)
+	for _, o := range f.Objects {
+		switch {
+		case !o.Valid:
+		case o.Class != nil:
+			classes = append(classes, o.Class)
+		case o.Grant != nil:
+			grants = append(grants, *o.Grant)
+		}
+	}
+	return classes, grants, f.Problems
+}
+
+// File is what [Parse] found in one file.
+type File struct {
+	// Objects are the documents that could be decoded, valid or not, in
+	// file order, without duplicates.
+	Objects []Object
+	// Problems are all problems found, in file order.
+	Problems []Problem
+}
+
+// Object is one decoded document: exactly one of Class, Grant and PauseTest
+// is set.
+type Object struct {
+	Class     *Class
+	Grant     *Grant
+	PauseTest *PauseTest
+	// Valid is true when the document breaks no rule.
+	Valid bool
+}
+
+func (o Object) key() (kind, ns, name string, line int) {
+	switch {
+	case o.Class != nil:
+		return KindLockClass, o.Class.Namespace, o.Class.Name, o.Class.Line
+	case o.Grant != nil:
+		return KindLockGrant, o.Grant.Namespace, o.Grant.Name, o.Grant.Line
+	default:
+		return KindPauseTestResult, o.PauseTest.Namespace, o.PauseTest.Name, o.PauseTest.Line
+	}
+}
+
+// Parse is like [ParseFile] but returns every object that could be decoded,
+// including those that break a rule, so that tools (class-lint's cost and
+// register) can work on a directory under review. A second object of the
+// same kind, namespace and name is reported and dropped.
+func Parse(path string, data []byte, namespaceFromDir string, now time.Time) File {
+	p := &fileParser{path: path, nsDir: namespaceFromDir, now: now}
+	docs := p.split(data)
+	seen := make(map[string]int) // kind/ns/name → line
+	var out File
 	for _, d := range docs {
-		c, g, ok := p.parseDoc(d)
-		if !ok {
+		o, decoded := p.parseDoc(d)
+		if !decoded {
 			continue
 		}
-		var key, object string
-		var line int
-		if c != nil {
-			key, object, line = KindLockClass+"/"+c.Namespace+"/"+c.Name, objectName(KindLockClass, c.Namespace, c.Name), c.Line
-		} else {
-			key, object, line = KindLockGrant+"/"+g.Namespace+"/"+g.Name, objectName(KindLockGrant, g.Namespace, g.Name), g.Line
-		}
+		kind, ns, name, line := o.key()
+		key := kind + "/" + ns + "/" + name
 		if first, dup := seen[key]; dup {
 			p.problems = append(p.problems, Problem{
-				File: path, Line: line, Object: object, Field: "metadata.name",
-				Rule: fmt.Sprintf("duplicate %s, first defined at line %d", strings.SplitN(key, "/", 2)[0], first),
+				File: path, Line: line, Object: objectName(kind, ns, name), Field: "metadata.name",
+				Rule: fmt.Sprintf("duplicate %s, first defined at line %d", kind, first), ID: RuleDuplicate,
 			})
 			continue
 		}
 		seen[key] = line
-		if c != nil {
-			classes = append(classes, c)
-		} else {
-			grants = append(grants, *g)
-		}
+		out.Objects = append(out.Objects, o)
 	}
-	return classes, grants, p.problems
+	out.Problems = p.problems
+	return out
 }
 
 type fileParser struct {
@@ -138,7 +199,7 @@ func (p *fileParser) split(data []byte) []document {
 			// The YAML decoder would silently drop everything after such a
 			// marker, so refuse it.
 			p.problems = append(p.problems, Problem{File: p.path, Line: i + 1,
-				Rule: `document markers must be lines containing exactly "---"`})
+				Rule: `document markers must be lines containing exactly "---"`, ID: RuleSchema})
 			l = ""
 		}
 		cur.lines = append(cur.lines, l)
@@ -156,25 +217,30 @@ type docProblems struct {
 	n      int
 }
 
-func (dp *docProblems) add(field, rule string) {
+// add records a schema problem with field.
+func (dp *docProblems) add(field, rule string) { dp.addRule(RuleSchema, field, rule) }
+
+// addRule records a problem with field under the rule id.
+func (dp *docProblems) addRule(id, field, rule string) {
 	if dp.fields[field] {
 		return
 	}
 	dp.fields[field] = true
 	dp.n++
 	dp.p.problems = append(dp.p.problems, Problem{
-		File: dp.p.path, Line: dp.d.fieldLine(field), Object: dp.object, Field: field, Rule: rule,
+		File: dp.p.path, Line: dp.d.fieldLine(field), Object: dp.object, Field: field, Rule: rule, ID: id,
 	})
 }
 
 func (dp *docProblems) addAt(line int, rule string) {
 	dp.n++
-	dp.p.problems = append(dp.p.problems, Problem{File: dp.p.path, Line: line, Object: dp.object, Rule: rule})
+	dp.p.problems = append(dp.p.problems, Problem{File: dp.p.path, Line: line, Object: dp.object, Rule: rule, ID: RuleSchema})
 }
 
-// parseDoc parses and validates one document. It returns either a class
-// or a grant and true, or false if the document has problems.
-func (p *fileParser) parseDoc(d document) (*Class, *Grant, bool) {
+// parseDoc parses and validates one document. It returns the decoded
+// object (Valid when it has no problems) and true, or false when the
+// document could not be decoded as an object of a known kind.
+func (p *fileParser) parseDoc(d document) (Object, bool) {
 	dp := &docProblems{p: p, d: d, fields: make(map[string]bool)}
 	js, err := yaml.YAMLToJSONStrict([]byte(strings.Join(d.lines, "\n")))
 	if err != nil {
@@ -185,17 +251,17 @@ func (p *fileParser) parseDoc(d document) (*Class, *Grant, bool) {
 			}
 			dp.addAt(line, e.msg)
 		}
-		return nil, nil, false
+		return Object{}, false
 	}
 	var raw any
 	if err := json.Unmarshal(js, &raw); err != nil {
 		dp.addAt(d.start, err.Error())
-		return nil, nil, false
+		return Object{}, false
 	}
 	m, ok := raw.(map[string]any)
 	if !ok {
 		dp.addAt(d.start, fmt.Sprintf("document must be a mapping, got %s", jsonKind(raw)))
-		return nil, nil, false
+		return Object{}, false
 	}
 	kind, _ := m["kind"].(string)
 	meta, _ := m["metadata"].(map[string]any)
@@ -209,28 +275,38 @@ func (p *fileParser) parseDoc(d document) (*Class, *Grant, bool) {
 	case v != APIVersion:
 		dp.add("apiVersion", fmt.Sprintf("must be %s, got %q", APIVersion, v))
 	}
+	var o Object
 	switch kind {
 	case KindLockClass:
 		var doc classDoc
 		if !dp.decode(js, m, &doc) {
-			return nil, nil, false
+			return Object{}, false
 		}
-		c := dp.class(&doc)
-		return c, nil, dp.n == 0
+		o.Class = dp.class(&doc)
 	case KindLockGrant:
 		var doc grantDoc
 		if !dp.decode(js, m, &doc) {
-			return nil, nil, false
+			return Object{}, false
 		}
-		g := dp.grant(&doc)
-		return nil, g, dp.n == 0
+		o.Grant = dp.grant(&doc)
+	case KindPauseTestResult:
+		var doc pauseTestDoc
+		if !dp.decode(js, m, &doc) {
+			return Object{}, false
+		}
+		o.PauseTest = dp.pauseTest(&doc)
 	case "":
-		dp.add("kind", fmt.Sprintf("is required (%s or %s)", KindLockClass, KindLockGrant))
+		dp.add("kind", fmt.Sprintf("is required (%s)", kinds))
+		return Object{}, false
 	default:
-		dp.add("kind", fmt.Sprintf("must be %s or %s, got %q", KindLockClass, KindLockGrant, kind))
+		dp.add("kind", fmt.Sprintf("must be %s, got %q", kinds, kind))
+		return Object{}, false
 	}
-	return nil, nil, false
+	o.Valid = dp.n == 0
+	return o, true
 }
+
+var kinds = KindLockClass + ", " + KindLockGrant + " or " + KindPauseTestResult
 
 // decode strictly decodes js into doc, reporting unknown fields (all of
 // them, with their paths) and type errors. It returns false if doc could
@@ -274,7 +350,7 @@ func (dp *docProblems) metadata(m metadataDoc) {
 	case !lockkey.IsDNSLabel(m.Namespace):
 		dp.add("metadata.namespace", fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", m.Namespace))
 	case dp.p.nsDir != "" && m.Namespace != dp.p.nsDir:
-		dp.add("metadata.namespace", fmt.Sprintf("must equal the namespace folder %q, got %q", dp.p.nsDir, m.Namespace))
+		dp.addRule(RuleNamespaceFolder, "metadata.namespace", fmt.Sprintf("must equal the namespace folder %q, got %q", dp.p.nsDir, m.Namespace))
 	}
 }
 
@@ -282,39 +358,40 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 	dp.metadata(doc.Metadata)
 	s := doc.Spec
 	c := &Class{
-		Namespace:    doc.Metadata.Namespace,
-		Name:         doc.Metadata.Name,
-		Purpose:      Purpose(s.Purpose),
-		Enforcement:  Enforcement(s.Enforcement),
-		Tier:         Tier(s.Tier),
-		OnQuorumLoss: QuorumLossPolicy(s.OnQuorumLoss),
-		Fairness:     Fairness(s.Fairness),
-		Resource:     s.Resource,
-		RiskOwner:    s.RiskOwner,
-		Source:       dp.p.path,
-		Line:         dp.d.start,
+		Namespace:             doc.Metadata.Namespace,
+		Name:                  doc.Metadata.Name,
+		Purpose:               Purpose(s.Purpose),
+		Enforcement:           Enforcement(s.Enforcement),
+		Tier:                  Tier(s.Tier),
+		OnQuorumLoss:          QuorumLossPolicy(s.OnQuorumLoss),
+		Fairness:              Fairness(s.Fairness),
+		Resource:              s.Resource,
+		ResourceSchemaVersion: s.ResourceSchemaVersion,
+		RiskOwner:             s.RiskOwner,
+		Source:                dp.p.path,
+		Line:                  dp.d.start,
 	}
-	enum(dp, "spec.purpose", c.Purpose, true, PurposeCorrectness, PurposeEfficiency)
-	enum(dp, "spec.enforcement", c.Enforcement, true, EnforcementFenced, EnforcementAdvisory)
-	enum(dp, "spec.tier", c.Tier, true, TierEntity, TierCoord)
+	enum(dp, RuleSchema, "spec.purpose", c.Purpose, true, PurposeCorrectness, PurposeEfficiency)
+	enum(dp, RuleSchema, "spec.enforcement", c.Enforcement, true, EnforcementFenced, EnforcementAdvisory)
+	enum(dp, RuleTierRequired, "spec.tier", c.Tier, true, TierEntity, TierCoord)
 	if c.OnQuorumLoss == "" {
 		c.OnQuorumLoss = QuorumLossClosed
 	}
-	if enum(dp, "spec.onQuorumLoss", c.OnQuorumLoss, false, QuorumLossClosed, QuorumLossOpen) && c.OnQuorumLoss == QuorumLossOpen {
+	if enum(dp, RuleSchema, "spec.onQuorumLoss", c.OnQuorumLoss, false, QuorumLossClosed, QuorumLossOpen) && c.OnQuorumLoss == QuorumLossOpen {
 		switch {
 		case c.Purpose == PurposeCorrectness:
-			dp.add("spec.onQuorumLoss", "open is not allowed for purpose correctness: a lock granted without quorum may be held twice")
+			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not allowed for purpose correctness: a lock granted without quorum may be held twice")
 		case c.Enforcement == EnforcementFenced:
-			dp.add("spec.onQuorumLoss", "open is not allowed for enforcement fenced: fencing tokens need quorum")
+			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not allowed for enforcement fenced: fencing tokens need quorum")
 		default:
-			dp.add("spec.onQuorumLoss", "open is not yet supported")
+			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not yet supported")
 		}
 	}
 	if c.Fairness == "" {
 		c.Fairness = FairnessBestEffort
 	}
-	if enum(dp, "spec.fairness", c.Fairness, false, FairnessBestEffort, FairnessDurable) && c.Fairness == FairnessDurable {
-		dp.add("spec.fairness", "durable is not yet supported")
+	if enum(dp, RuleSchema, "spec.fairness", c.Fairness, false, FairnessBestEffort, FairnessDurable) && c.Fairness == FairnessDurable {
+		dp.addRule(RuleFairnessDurable, "spec.fairness", "durable is not yet supported")
 	}
 
 	advisory := c.Enforcement == EnforcementAdvisory
@@ -330,13 +407,13 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 	}
 	switch {
 	case c.TTL < MinTTL || c.TTL > MaxTTL:
-		dp.add("spec.ttl", fmt.Sprintf("must be between %v and %v, got %s", MinTTL, MaxTTL, ttlDesc))
+		dp.addRule(RuleTTLRange, "spec.ttl", fmt.Sprintf("must be between %v and %v, got %s", MinTTL, MaxTTL, ttlDesc))
 	case advisory && c.TTL < MinAdvisoryTTL:
-		dp.add("spec.ttl", fmt.Sprintf("advisory classes must have a ttl of at least %v, got %s", MinAdvisoryTTL, ttlDesc))
+		dp.addRule(RuleAdvisoryTTLFloor, "spec.ttl", fmt.Sprintf("advisory classes must have a ttl of at least %v, got %s", MinAdvisoryTTL, ttlDesc))
 	}
 
 	if advisory && c.RiskOwner == "" {
-		dp.add("spec.riskOwner", "is required for advisory classes")
+		dp.addRule(RuleAdvisoryRiskOwner, "spec.riskOwner", "is required for advisory classes")
 	}
 	switch {
 	case s.WaiverExpires != "":
@@ -347,11 +424,11 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 		}
 		c.WaiverExpires = t
 		if advisory && !dp.p.now.IsZero() && !t.After(dp.p.now) {
-			dp.add("spec.waiverExpires", fmt.Sprintf("waiver expired: %s is not in the future (now %s)",
+			dp.addRule(RuleAdvisoryWaiver, "spec.waiverExpires", fmt.Sprintf("waiver expired: %s is not in the future (now %s)",
 				s.WaiverExpires, dp.p.now.UTC().Format(time.RFC3339)))
 		}
 	case advisory:
-		dp.add("spec.waiverExpires", "is required for advisory classes")
+		dp.addRule(RuleAdvisoryWaiver, "spec.waiverExpires", "is required for advisory classes")
 	}
 	return c
 }
@@ -360,12 +437,13 @@ func (dp *docProblems) grant(doc *grantDoc) *Grant {
 	dp.metadata(doc.Metadata)
 	s := doc.Spec
 	g := &Grant{
-		Namespace: doc.Metadata.Namespace,
-		Name:      doc.Metadata.Name,
-		SPIFFEID:  s.SPIFFEID,
-		Prefixes:  s.Prefixes,
-		Source:    dp.p.path,
-		Line:      dp.d.start,
+		Namespace:  doc.Metadata.Namespace,
+		Name:       doc.Metadata.Name,
+		SPIFFEID:   s.SPIFFEID,
+		Prefixes:   s.Prefixes,
+		SharedWith: s.SharedWith,
+		Source:     dp.p.path,
+		Line:       dp.d.start,
 	}
 	if s.SPIFFEID == "" {
 		dp.add("spec.spiffeID", "is required")
@@ -380,7 +458,7 @@ func (dp *docProblems) grant(doc *grantDoc) *Grant {
 	for i, pfx := range s.Prefixes {
 		field := fmt.Sprintf("spec.prefixes[%d]", i)
 		if g.Namespace != "" && !strings.HasPrefix(pfx, g.Namespace+"/") {
-			dp.add(field, fmt.Sprintf("must start with the grant's namespace %q, got %q", g.Namespace+"/", pfx))
+			dp.addRule(RuleGrantNamespace, field, fmt.Sprintf("must start with the grant's namespace %q, got %q", g.Namespace+"/", pfx))
 			continue
 		}
 		if err := lockkey.ValidatePrefix(pfx); err != nil {
@@ -391,14 +469,72 @@ func (dp *docProblems) grant(doc *grantDoc) *Grant {
 	return g
 }
 
+func (dp *docProblems) pauseTest(doc *pauseTestDoc) *PauseTest {
+	dp.metadata(doc.Metadata)
+	s := doc.Spec
+	pt := &PauseTest{
+		Namespace:             doc.Metadata.Namespace,
+		Name:                  doc.Metadata.Name,
+		Class:                 s.Class,
+		Resource:              s.Resource,
+		ResourceSchemaVersion: s.ResourceSchemaVersion,
+		Outcome:               s.Outcome,
+		FirstToken:            s.Tokens.First,
+		SecondToken:           s.Tokens.Second,
+		Source:                dp.p.path,
+		Line:                  dp.d.start,
+	}
+	switch {
+	case s.Class == "":
+		dp.add("spec.class", "is required (the name of the class tested)")
+	case !lockkey.IsDNSLabel(s.Class):
+		dp.add("spec.class", fmt.Sprintf("must be a class name (a DNS label), got %q", s.Class))
+	}
+	if s.Resource == "" {
+		dp.add("spec.resource", "is required (the resource the test wrote to)")
+	}
+	if s.Outcome != PauseTestOutcomePass {
+		dp.add("spec.outcome", fmt.Sprintf("must be %q (the kit writes no result for a failed run), got %q", PauseTestOutcomePass, s.Outcome))
+	}
+	for _, tf := range []struct {
+		field, v string
+		to       *time.Time
+	}{{"spec.ranAt", s.RanAt, &pt.RanAt}, {"spec.expires", s.Expires, &pt.Expires}} {
+		if tf.v == "" {
+			dp.add(tf.field, "is required (an RFC 3339 time)")
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, tf.v)
+		if err != nil {
+			dp.add(tf.field, fmt.Sprintf("must be an RFC 3339 time, got %q", tf.v))
+			continue
+		}
+		*tf.to = t
+	}
+	if !pt.RanAt.IsZero() && !pt.Expires.IsZero() && !pt.Expires.After(pt.RanAt) {
+		dp.add("spec.expires", "must be after spec.ranAt")
+	}
+	for _, tf := range []struct{ field, v string }{{"spec.tokens.first", s.Tokens.First}, {"spec.tokens.second", s.Tokens.Second}} {
+		if _, err := strconv.ParseUint(tf.v, 10, 64); err != nil {
+			dp.add(tf.field, fmt.Sprintf("must be a fencing token as a decimal string, got %q", tf.v))
+		}
+	}
+	if a, errA := strconv.ParseUint(s.Tokens.First, 10, 64); errA == nil {
+		if b, errB := strconv.ParseUint(s.Tokens.Second, 10, 64); errB == nil && b <= a {
+			dp.add("spec.tokens.second", fmt.Sprintf("must be greater than spec.tokens.first (%d): the second holder's token is newer", a))
+		}
+	}
+	return pt
+}
+
 // enum reports whether v is one of allowed, adding a problem otherwise.
-func enum[T ~string](dp *docProblems, field string, v T, required bool, allowed ...T) bool {
+func enum[T ~string](dp *docProblems, id, field string, v T, required bool, allowed ...T) bool {
 	if v == "" && required {
-		dp.add(field, fmt.Sprintf("is required (one of %s)", joinEnum(allowed)))
+		dp.addRule(id, field, fmt.Sprintf("is required (one of %s)", joinEnum(allowed)))
 		return false
 	}
 	if !slices.Contains(allowed, v) {
-		dp.add(field, fmt.Sprintf("must be one of %s, got %q", joinEnum(allowed), v))
+		dp.addRule(RuleSchema, field, fmt.Sprintf("must be one of %s, got %q", joinEnum(allowed), v))
 		return false
 	}
 	return true

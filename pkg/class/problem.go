@@ -76,3 +76,57 @@ func (e *LoadError) Unwrap() []error {
 	}
 	return errs
 }
+
+// Rule IDs. The first group is checked whenever classes are loaded (lockd
+// refuses a directory that breaks one); the review group is checked by
+// class-lint only, because it depends on other files or on the date.
+const (
+	// RuleSchema: the document is not a well-formed LockClass, LockGrant or
+	// PauseTestResult (YAML, apiVersion, kind, unknown fields, types,
+	// required metadata, enum values, duration and date formats).
+	RuleSchema = "schema"
+	// RuleLayout: files must be YAML directly inside a namespace folder.
+	RuleLayout = "layout"
+	// RuleDuplicate: an object's kind, namespace and name are defined twice.
+	RuleDuplicate = "duplicate"
+	// RuleNamespaceFolder: metadata.namespace must equal the folder name.
+	RuleNamespaceFolder = "namespace-folder"
+	// RuleTTLRange: spec.ttl must be between MinTTL and MaxTTL.
+	RuleTTLRange = "ttl-range"
+	// RuleAdvisoryTTLFloor: advisory classes need a ttl of at least MinAdvisoryTTL.
+	RuleAdvisoryTTLFloor = "advisory-ttl-floor"
+	// RuleAdvisoryRiskOwner: advisory classes need spec.riskOwner.
+	RuleAdvisoryRiskOwner = "advisory-risk-owner"
+	// RuleAdvisoryWaiver: advisory classes need a spec.waiverExpires in the future.
+	RuleAdvisoryWaiver = "advisory-waiver"
+	// RuleQuorumLossOpen: onQuorumLoss open only for efficiency purpose and
+	// advisory enforcement (and not yet supported at all).
+	RuleQuorumLossOpen = "quorum-loss-open"
+	// RuleTierRequired: spec.tier is required.
+	RuleTierRequired = "tier-required"
+	// RuleFairnessDurable: fairness durable is not yet supported.
+	RuleFairnessDurable = "fairness-durable"
+	// RuleGrantNamespace: a grant's prefixes must be inside its namespace.
+	RuleGrantNamespace = "grant-namespace"
+
+	// RuleWaiverExpiring (review, warning): an advisory waiver lapses within
+	// WaiverWarning.
+	RuleWaiverExpiring = "waiver-expiring"
+	// RuleFencedPauseTest (review): a fenced class needs a current, passing
+	// PauseTestResult for its class, resource and resource schema version.
+	RuleFencedPauseTest = "fenced-pause-test"
+	// RuleGrantOverlap (review): two grants give overlapping prefixes to
+	// different identities without naming each other in spec.sharedWith.
+	RuleGrantOverlap = "grant-overlap"
+	// RuleCodeowners (review): every namespace folder needs its own
+	// CODEOWNERS entry.
+	RuleCodeowners = "codeowners"
+)
+
+// Rules lists every rule ID, load rules first.
+var Rules = []string{
+	RuleSchema, RuleLayout, RuleDuplicate, RuleNamespaceFolder, RuleTTLRange, RuleAdvisoryTTLFloor,
+	RuleAdvisoryRiskOwner, RuleAdvisoryWaiver, RuleQuorumLossOpen, RuleTierRequired, RuleFairnessDurable,
+	RuleGrantNamespace,
+	RuleWaiverExpiring, RuleFencedPauseTest, RuleGrantOverlap, RuleCodeowners,
+}

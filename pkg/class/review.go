@@ -1,0 +1,297 @@
+package class
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// WaiverWarning is how long before an advisory waiver lapses that review
+// starts warning about it.
+const WaiverWarning = 30 * 24 * time.Hour
+
+// CodeownersPaths are where Gitea looks for the code owners file, relative
+// to the repository root, in the order it looks; the first found is used.
+var CodeownersPaths = []string{"CODEOWNERS", "docs/CODEOWNERS", ".gitea/CODEOWNERS"}
+
+// Review applies the review rules to a tree read by [Inspect]: rules that
+// depend on other files (pause-test results, overlapping grants, code
+// owners) or on the date (waivers about to lapse). t.Dir is taken to be the
+// root of the class repository, where CODEOWNERS lives. It returns the
+// problems found, warnings included, in file and line order; it does not
+// repeat the problems already in t.Problems.
+func Review(t *Tree, now time.Time) []Problem {
+	var ps []Problem
+	ps = append(ps, reviewWaivers(t, now)...)
+	ps = append(ps, reviewPauseTests(t, now)...)
+	ps = append(ps, reviewGrantOverlap(t)...)
+	ps = append(ps, reviewCodeowners(t)...)
+	sortProblems(ps)
+	return ps
+}
+
+func reviewWaivers(t *Tree, now time.Time) []Problem {
+	var ps []Problem
+	for _, c := range t.Classes {
+		if c.Enforcement != EnforcementAdvisory || c.WaiverExpires.IsZero() {
+			continue
+		}
+		left := c.WaiverExpires.Sub(now)
+		if left > 0 && left <= WaiverWarning {
+			ps = append(ps, Problem{
+				File: c.Source, Line: fieldLineIn(c.Source, c.Line, "spec.waiverExpires"), Object: objectName(KindLockClass, c.Namespace, c.Name),
+				Field: "spec.waiverExpires", ID: RuleWaiverExpiring, Warning: true,
+				Rule: fmt.Sprintf("waiver lapses in %d days (%s): fence the resource or renew the waiver with the risk owner %s",
+					int(left.Hours()/24), c.WaiverExpires.UTC().Format(time.DateOnly), c.RiskOwner),
+			})
+		}
+	}
+	return ps
+}
+
+// CurrentPauseTest returns the pause-test result that proves c fenced at
+// now, or an explanation of why there is none. tests may hold results of
+// any class.
+func CurrentPauseTest(c *Class, tests []PauseTest, now time.Time) (*PauseTest, string) {
+	if c.Resource == "" {
+		return nil, "a fenced class must name its spec.resource: the pause test proves that resource rejects stale tokens"
+	}
+	var reasons []string
+	for i := range tests {
+		pt := &tests[i]
+		if pt.Namespace != c.Namespace || pt.Class != c.Name {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", pt.Source, pt.Line)
+		switch {
+		case pt.Resource != c.Resource:
+			reasons = append(reasons, fmt.Sprintf("%s tested resource %q, the class guards %q", where, pt.Resource, c.Resource))
+		case pt.ResourceSchemaVersion != c.ResourceSchemaVersion:
+			reasons = append(reasons, fmt.Sprintf("%s tested schema version %q of %s, the class says %q: the schema changed, run the test again",
+				where, pt.ResourceSchemaVersion, c.Resource, c.ResourceSchemaVersion))
+		case pt.RanAt.After(now):
+			reasons = append(reasons, fmt.Sprintf("%s ran at %s, which is in the future", where, pt.RanAt.UTC().Format(time.RFC3339)))
+		case !now.Before(pt.Expires) || !now.Before(pt.RanAt.Add(PauseTestValidity)):
+			exp := pt.Expires
+			if e := pt.RanAt.Add(PauseTestValidity); e.Before(exp) {
+				exp = e
+			}
+			reasons = append(reasons, fmt.Sprintf("%s expired on %s (results count for a year): run the test again",
+				where, exp.UTC().Format(time.DateOnly)))
+		default:
+			return pt, ""
+		}
+	}
+	if len(reasons) == 0 {
+		return nil, fmt.Sprintf("no PauseTestResult for class %s and resource %s: run `lockctl fence-test --class %s …` against the resource and commit the result next to the class, or declare the class advisory with a risk owner",
+			c.Name, c.Resource, c.Name)
+	}
+	return nil, "no current PauseTestResult: " + strings.Join(reasons, "; ")
+}
+
+func reviewPauseTests(t *Tree, now time.Time) []Problem {
+	var ps []Problem
+	for _, c := range t.Classes {
+		if c.Enforcement != EnforcementFenced {
+			continue
+		}
+		if _, why := CurrentPauseTest(c, t.PauseTests, now); why != "" {
+			ps = append(ps, Problem{
+				File: c.Source, Line: fieldLineIn(c.Source, c.Line, "spec.enforcement"), Object: objectName(KindLockClass, c.Namespace, c.Name),
+				Field: "spec.enforcement", ID: RuleFencedPauseTest, Rule: why,
+			})
+		}
+	}
+	for _, pt := range t.PauseTests {
+		if !slices.ContainsFunc(t.Classes, func(c *Class) bool { return c.Namespace == pt.Namespace && c.Name == pt.Class }) {
+			ps = append(ps, Problem{
+				File: pt.Source, Line: fieldLineIn(pt.Source, pt.Line, "spec.class"), Object: objectName(KindPauseTestResult, pt.Namespace, pt.Name),
+				Field: "spec.class", ID: RuleFencedPauseTest,
+				Rule: fmt.Sprintf("names class %q, which is not defined in namespace %s", pt.Class, pt.Namespace),
+			})
+		}
+	}
+	return ps
+}
+
+func reviewGrantOverlap(t *Tree) []Problem {
+	var ps []Problem
+	byName := make(map[string]*Grant)
+	for i := range t.Grants {
+		g := &t.Grants[i]
+		byName[g.Namespace+"/"+g.Name] = g
+	}
+	for i := range t.Grants {
+		g := &t.Grants[i]
+		for j, other := range g.SharedWith {
+			if _, ok := byName[g.Namespace+"/"+other]; !ok || other == g.Name {
+				field := fmt.Sprintf("spec.sharedWith[%d]", j)
+				ps = append(ps, Problem{
+					File: g.Source, Line: fieldLineIn(g.Source, g.Line, field), Object: objectName(KindLockGrant, g.Namespace, g.Name),
+					Field: field, ID: RuleGrantOverlap,
+					Rule: fmt.Sprintf("names %q, which is not another LockGrant of namespace %s", other, g.Namespace),
+				})
+			}
+		}
+	}
+	for i := range t.Grants {
+		for j := i + 1; j < len(t.Grants); j++ {
+			a, b := &t.Grants[i], &t.Grants[j]
+			if a.Namespace != b.Namespace || a.SPIFFEID == b.SPIFFEID ||
+				slices.Contains(a.SharedWith, b.Name) || slices.Contains(b.SharedWith, a.Name) {
+				continue
+			}
+			for _, pa := range a.Prefixes {
+				for k, pb := range b.Prefixes {
+					if !strings.HasPrefix(pa, pb) && !strings.HasPrefix(pb, pa) {
+						continue
+					}
+					field := fmt.Sprintf("spec.prefixes[%d]", k)
+					ps = append(ps, Problem{
+						File: b.Source, Line: fieldLineIn(b.Source, b.Line, field), Object: objectName(KindLockGrant, b.Namespace, b.Name),
+						Field: field, ID: RuleGrantOverlap,
+						Rule: fmt.Sprintf("prefix %q overlaps %q, granted to %s by LockGrant %s (%s:%d); if both identities are meant to lock these keys, say so with spec.sharedWith: [%s] on either grant",
+							pb, pa, a.SPIFFEID, a.Name, a.Source, a.Line, a.Name),
+					})
+				}
+			}
+		}
+	}
+	return ps
+}
+
+// codeownersRule is one rule of a Gitea CODEOWNERS file.
+type codeownersRule struct {
+	re      *regexp.Regexp
+	negated bool
+	owners  int
+}
+
+func reviewCodeowners(t *Tree) []Problem {
+	var (
+		path string
+		data []byte
+	)
+	for _, p := range CodeownersPaths {
+		b, err := os.ReadFile(filepath.Join(t.Dir, p))
+		if err == nil {
+			path, data = filepath.Join(t.Dir, p), b
+			break
+		}
+	}
+	if path == "" {
+		return []Problem{{File: t.Dir, ID: RuleCodeowners,
+			Rule: fmt.Sprintf("no CODEOWNERS file (Gitea reads %s at the root of the class repository): add one with an entry per namespace folder",
+				strings.Join(CodeownersPaths, ", "))}}
+	}
+	var (
+		ps    []Problem
+		rules []codeownersRule
+	)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		fields := codeownersFields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		expr, negated := strings.CutPrefix(fields[0], "!")
+		re, err := regexp.Compile("^" + expr + "$")
+		if err != nil {
+			ps = append(ps, Problem{File: path, Line: n, ID: RuleCodeowners,
+				Rule: fmt.Sprintf("pattern %q is not a Go regular expression (Gitea's CODEOWNERS format): %v", fields[0], err)})
+			continue
+		}
+		if len(fields) == 1 {
+			ps = append(ps, Problem{File: path, Line: n, ID: RuleCodeowners,
+				Rule: fmt.Sprintf("pattern %q names no owner (@user or @org/team)", fields[0])})
+		}
+		rules = append(rules, codeownersRule{re: re, negated: negated, owners: len(fields) - 1})
+	}
+	for _, ns := range t.Namespaces {
+		if !codeownersCovers(rules, ns) {
+			ps = append(ps, Problem{File: path, ID: RuleCodeowners,
+				Rule: fmt.Sprintf("namespace folder %s/ has no CODEOWNERS entry of its own: add a line such as `%s/.* @%s-owners` so the namespace's owners review its classes", ns, regexp.QuoteMeta(ns), ns)})
+		}
+	}
+	return ps
+}
+
+// codeownersCovers reports whether some rule with an owner is about the
+// namespace folder ns: it matches a file in ns and does not match the same
+// file in a folder of another name (so a catch-all does not count).
+func codeownersCovers(rules []codeownersRule, ns string) bool {
+	probe, elsewhere := ns+"/classes.yaml", "other-namespace-"+ns+"/classes.yaml"
+	for _, r := range rules {
+		if r.negated || r.owners == 0 {
+			continue
+		}
+		if r.re.MatchString(probe) && !r.re.MatchString(elsewhere) {
+			return true
+		}
+	}
+	return false
+}
+
+// codeownersFields splits a CODEOWNERS line into fields, honouring Gitea's
+// escapes (\#, "\ " and \\) and dropping comments.
+func codeownersFields(line string) []string {
+	var (
+		fields []string
+		cur    strings.Builder
+		esc    bool
+	)
+	flush := func() {
+		if cur.Len() > 0 {
+			fields = append(fields, cur.String())
+			cur.Reset()
+		}
+	}
+	for _, r := range line {
+		switch {
+		case esc:
+			if r != '#' && r != ' ' && r != '\\' {
+				cur.WriteRune('\\')
+			}
+			cur.WriteRune(r)
+			esc = false
+		case r == '\\':
+			esc = true
+		case r == '#':
+			flush()
+			return fields
+		case r == ' ' || r == '\t':
+			flush()
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	flush()
+	return fields
+}
+
+// fieldLineIn returns the line of field in the document starting at line
+// of file, or line when the file cannot be read or the field not found.
+func fieldLineIn(file string, line int, field string) int {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return line
+	}
+	lines := strings.Split(string(data), "\n")
+	if line < 1 || line > len(lines) {
+		return line
+	}
+	d := document{first: line, start: line}
+	for _, l := range lines[line-1:] {
+		if strings.TrimRight(l, " \t\r") == "---" {
+			break
+		}
+		d.lines = append(d.lines, l)
+	}
+	return d.fieldLine(field)
+}
