@@ -226,7 +226,7 @@ func reviewCodeowners(t *Tree) []Problem {
 // namespace folder ns: it matches a file in ns and does not match the same
 // file in a folder of another name (so a catch-all does not count).
 func codeownersCovers(rules []codeownersRule, ns string) bool {
-	probe, elsewhere := ns+"/classes.yaml", "other-namespace-"+ns+"/classes.yaml"
+	probe, elsewhere := ns+"/class-lint-probe.yaml", "other-namespace-"+ns+"/class-lint-probe.yaml"
 	for _, r := range rules {
 		if r.negated || r.owners == 0 {
 			continue
