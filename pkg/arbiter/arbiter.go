@@ -14,6 +14,7 @@
 package arbiter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/lockd-dev/lockd/pkg/authz"
 	"github.com/lockd-dev/lockd/pkg/class"
@@ -71,6 +73,10 @@ type Config struct {
 	EpochRefresh time.Duration
 	// Metrics receives counts; nil uses a private registry.
 	Metrics *Metrics
+	// ValidateRate and ValidateBurst limit ValidateToken calls per identity
+	// (defaults DefaultValidateRate and DefaultValidateBurst).
+	ValidateRate  float64
+	ValidateBurst int
 }
 
 // Policy is one consistent snapshot of classes and the grants compiled from
@@ -107,6 +113,8 @@ type Arbiter struct {
 
 	sessions sync.Map // int64 -> *sessionInfo
 
+	validate validateLimits
+
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
@@ -128,6 +136,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		poll:      cfg.PollInterval,
 		refresh:   cfg.EpochRefresh,
 		metrics:   cfg.Metrics,
+		validate:  validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
 		queues:    map[string]*queue{},
 	}
 	for _, op := range cfg.Operators {

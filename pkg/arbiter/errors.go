@@ -50,6 +50,9 @@ var (
 	// ErrHoldChanged: the hold was released, expired or re-granted since the
 	// force-release was requested; nothing was released. Request again.
 	ErrHoldChanged = errors.New("arbiter: the hold changed since the request; nothing was released; request again if it is still needed")
+	// ErrRateLimited: the identity called ValidateToken faster than its
+	// limit; back off and retry. Grants have their own budget.
+	ErrRateLimited = errors.New("arbiter: ValidateToken rate limit for this identity exceeded; back off and retry")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

@@ -33,6 +33,7 @@ type Metrics struct {
 	ExpiriesWithoutRelease *prometheus.CounterVec
 	forceReleases          *prometheus.CounterVec
 	epochAdvances          *prometheus.CounterVec
+	tokenValidations       *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -78,8 +79,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		epochAdvances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_epoch_advances_total",
 			Help: "Epoch advance steps; code is requested, approved or refused (same person)."}, []string{"code"}),
+		tokenValidations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_token_validations_total",
+			Help: "ValidateToken calls by key namespace (\"-\" before the caller is authorized); code is current, superseded, not_held or other_epoch for answers, else the gRPC code of the refusal. A resource depending on ValidateToken shows here."},
+			[]string{"namespace", "code"}),
 	}
-	reg.MustRegister(m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	reg.MustRegister(m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }
@@ -99,6 +104,14 @@ func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {
 		m.grants.WithLabelValues(ns, cls).Inc()
 		m.grantLatency.WithLabelValues(ns, cls).Observe(d.Seconds())
 	}
+}
+
+func (m *Metrics) observeValidate(ns string, c TokenCheck, err error) {
+	code := c.State.String()
+	if err != nil {
+		code = Code(err).String()
+	}
+	m.tokenValidations.WithLabelValues(ns, code).Inc()
 }
 
 // Code is the gRPC code for an arbiter error; the server boundary uses the
@@ -125,6 +138,8 @@ func Code(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEpochGrace):
 		return codes.Unavailable
+	case errors.Is(err, ErrRateLimited):
+		return codes.ResourceExhausted
 	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code()

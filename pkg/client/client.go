@@ -457,3 +457,12 @@ func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
 	l.lose(ErrReleased, false)
 	return resp.GetReleased(), err
 }
+
+// ValidateToken asks lockd whether tok is the current grant's token for
+// key. The answer is a linearizable read and is NOT atomic with the
+// caller's next write: use it only for resources that cannot compare a
+// fence in their own conditional write. Calls are rate-limited per
+// identity (codes.ResourceExhausted).
+func (c *Client) ValidateToken(ctx context.Context, key string, tok uint64) (*lockv1.ValidateTokenResponse, error) {
+	return c.lock.ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: tok})
+}

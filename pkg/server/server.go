@@ -445,3 +445,21 @@ func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
 	})
 	return mux
 }
+
+// ValidateToken implements lock.v1.
+func (s *Server) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.arb.ValidateToken(ctx, id, req.GetKey(), req.GetToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ValidateTokenResponse{
+		Valid:        c.Valid(),
+		State:        lockv1.TokenState(c.State),
+		Epoch:        c.Epoch,
+		ReadRevision: c.ReadRevision,
+	}, nil
+}

@@ -23,6 +23,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TokenState says why a token is or is not current.
+type TokenState int32
+
+const (
+	// Not set.
+	TokenState_TOKEN_STATE_UNSPECIFIED TokenState = 0
+	// The token is the current grant's: the key is held with it.
+	TokenState_TOKEN_STATE_CURRENT TokenState = 1
+	// The key is held under another token (a newer grant, or the token was
+	// never this key's).
+	TokenState_TOKEN_STATE_SUPERSEDED TokenState = 2
+	// The key is not held: the grant was released or expired.
+	TokenState_TOKEN_STATE_NOT_HELD TokenState = 3
+	// The token was minted in another epoch (before a restore was sealed and
+	// the epoch advanced).
+	TokenState_TOKEN_STATE_OTHER_EPOCH TokenState = 4
+)
+
+// Enum value maps for TokenState.
+var (
+	TokenState_name = map[int32]string{
+		0: "TOKEN_STATE_UNSPECIFIED",
+		1: "TOKEN_STATE_CURRENT",
+		2: "TOKEN_STATE_SUPERSEDED",
+		3: "TOKEN_STATE_NOT_HELD",
+		4: "TOKEN_STATE_OTHER_EPOCH",
+	}
+	TokenState_value = map[string]int32{
+		"TOKEN_STATE_UNSPECIFIED": 0,
+		"TOKEN_STATE_CURRENT":     1,
+		"TOKEN_STATE_SUPERSEDED":  2,
+		"TOKEN_STATE_NOT_HELD":    3,
+		"TOKEN_STATE_OTHER_EPOCH": 4,
+	}
+)
+
+func (x TokenState) Enum() *TokenState {
+	p := new(TokenState)
+	*p = x
+	return p
+}
+
+func (x TokenState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TokenState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lock_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (TokenState) Type() protoreflect.EnumType {
+	return &file_lock_v1_lock_proto_enumTypes[0]
+}
+
+func (x TokenState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TokenState.Descriptor instead.
+func (TokenState) EnumDescriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 // ForceRelease is a pending request to release a hold by force.
 type ForceRelease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2685,6 +2748,135 @@ func (x *ClassStat) GetExpiriesWithoutRelease() uint64 {
 	return 0
 }
 
+// ValidateTokenRequest names a key and the token a writer presented.
+type ValidateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The presented token.
+	Token         uint64 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateTokenRequest) Reset() {
+	*x = ValidateTokenRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateTokenRequest) ProtoMessage() {}
+
+func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
+func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ValidateTokenRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ValidateTokenRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+// ValidateTokenResponse answers ValidateToken.
+type ValidateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True only for TOKEN_STATE_CURRENT.
+	Valid bool `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	// Why.
+	State TokenState `protobuf:"varint,2,opt,name=state,proto3,enum=lock.v1.TokenState" json:"state,omitempty"`
+	// The current epoch.
+	Epoch uint32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The store revision the answer was read at: the answer may be stale by
+	// the time it arrives.
+	ReadRevision  int64 `protobuf:"varint,4,opt,name=read_revision,json=readRevision,proto3" json:"read_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateTokenResponse) Reset() {
+	*x = ValidateTokenResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateTokenResponse) ProtoMessage() {}
+
+func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
+func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ValidateTokenResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *ValidateTokenResponse) GetState() TokenState {
+	if x != nil {
+		return x.State
+	}
+	return TokenState_TOKEN_STATE_UNSPECIFIED
+}
+
+func (x *ValidateTokenResponse) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ValidateTokenResponse) GetReadRevision() int64 {
+	if x != nil {
+		return x.ReadRevision
+	}
+	return 0
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -2871,7 +3063,22 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x04R\x06grants\x12E\n" +
 	"\x11grant_latency_p50\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP50\x12E\n" +
 	"\x11grant_latency_p99\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP99\x128\n" +
-	"\x18expiries_without_release\x18\x06 \x01(\x04R\x16expiriesWithoutRelease2\x98\x06\n" +
+	"\x18expiries_without_release\x18\x06 \x01(\x04R\x16expiriesWithoutRelease\">\n" +
+	"\x14ValidateTokenRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x06R\x05token\"\x93\x01\n" +
+	"\x15ValidateTokenResponse\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x12)\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x13.lock.v1.TokenStateR\x05state\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12#\n" +
+	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\x95\x01\n" +
+	"\n" +
+	"TokenState\x12\x1b\n" +
+	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13TOKEN_STATE_CURRENT\x10\x01\x12\x1a\n" +
+	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x18\n" +
+	"\x14TOKEN_STATE_NOT_HELD\x10\x03\x12\x1b\n" +
+	"\x17TOKEN_STATE_OTHER_EPOCH\x10\x042\xe8\x06\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -2884,7 +3091,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse\x12H\n" +
 	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
 	"\n" +
-	"ClassStats\x12\x1a.lock.v1.ClassStatsRequest\x1a\x1b.lock.v1.ClassStatsResponse2\xe2\x05\n" +
+	"ClassStats\x12\x1a.lock.v1.ClassStatsRequest\x1a\x1b.lock.v1.ClassStatsResponse\x12N\n" +
+	"\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse2\xe2\x05\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
 	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
@@ -2907,130 +3115,137 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_lock_v1_lock_proto_goTypes = []any{
-	(*ForceRelease)(nil),                // 0: lock.v1.ForceRelease
-	(*RequestForceReleaseRequest)(nil),  // 1: lock.v1.RequestForceReleaseRequest
-	(*RequestForceReleaseResponse)(nil), // 2: lock.v1.RequestForceReleaseResponse
-	(*ApproveForceReleaseRequest)(nil),  // 3: lock.v1.ApproveForceReleaseRequest
-	(*ApproveForceReleaseResponse)(nil), // 4: lock.v1.ApproveForceReleaseResponse
-	(*DenyForceReleaseRequest)(nil),     // 5: lock.v1.DenyForceReleaseRequest
-	(*DenyForceReleaseResponse)(nil),    // 6: lock.v1.DenyForceReleaseResponse
-	(*ListForceReleasesRequest)(nil),    // 7: lock.v1.ListForceReleasesRequest
-	(*ListForceReleasesResponse)(nil),   // 8: lock.v1.ListForceReleasesResponse
-	(*Token)(nil),                       // 9: lock.v1.Token
-	(*OpenSessionRequest)(nil),          // 10: lock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),         // 11: lock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),            // 12: lock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),           // 13: lock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),         // 14: lock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),        // 15: lock.v1.CloseSessionResponse
-	(*DescribeClassRequest)(nil),        // 16: lock.v1.DescribeClassRequest
-	(*DescribeClassResponse)(nil),       // 17: lock.v1.DescribeClassResponse
-	(*LockClass)(nil),                   // 18: lock.v1.LockClass
-	(*ListClassesRequest)(nil),          // 19: lock.v1.ListClassesRequest
-	(*ListClassesResponse)(nil),         // 20: lock.v1.ListClassesResponse
-	(*AcquireRequest)(nil),              // 21: lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),             // 22: lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),              // 23: lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),             // 24: lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),              // 25: lock.v1.InspectRequest
-	(*Hold)(nil),                        // 26: lock.v1.Hold
-	(*InspectResponse)(nil),             // 27: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),            // 28: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),           // 29: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),         // 30: lock.v1.ListSessionsRequest
-	(*Session)(nil),                     // 31: lock.v1.Session
-	(*ListSessionsResponse)(nil),        // 32: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),          // 33: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),         // 34: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),         // 35: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 36: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 37: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 38: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 39: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 40: lock.v1.ApproveEpochAdvanceResponse
-	(*ClassStatsRequest)(nil),           // 41: lock.v1.ClassStatsRequest
-	(*ClassStatsResponse)(nil),          // 42: lock.v1.ClassStatsResponse
-	(*ClassStat)(nil),                   // 43: lock.v1.ClassStat
-	(*timestamppb.Timestamp)(nil),       // 44: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 45: google.protobuf.Duration
+	(TokenState)(0),                     // 0: lock.v1.TokenState
+	(*ForceRelease)(nil),                // 1: lock.v1.ForceRelease
+	(*RequestForceReleaseRequest)(nil),  // 2: lock.v1.RequestForceReleaseRequest
+	(*RequestForceReleaseResponse)(nil), // 3: lock.v1.RequestForceReleaseResponse
+	(*ApproveForceReleaseRequest)(nil),  // 4: lock.v1.ApproveForceReleaseRequest
+	(*ApproveForceReleaseResponse)(nil), // 5: lock.v1.ApproveForceReleaseResponse
+	(*DenyForceReleaseRequest)(nil),     // 6: lock.v1.DenyForceReleaseRequest
+	(*DenyForceReleaseResponse)(nil),    // 7: lock.v1.DenyForceReleaseResponse
+	(*ListForceReleasesRequest)(nil),    // 8: lock.v1.ListForceReleasesRequest
+	(*ListForceReleasesResponse)(nil),   // 9: lock.v1.ListForceReleasesResponse
+	(*Token)(nil),                       // 10: lock.v1.Token
+	(*OpenSessionRequest)(nil),          // 11: lock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),         // 12: lock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),            // 13: lock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 14: lock.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),         // 15: lock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),        // 16: lock.v1.CloseSessionResponse
+	(*DescribeClassRequest)(nil),        // 17: lock.v1.DescribeClassRequest
+	(*DescribeClassResponse)(nil),       // 18: lock.v1.DescribeClassResponse
+	(*LockClass)(nil),                   // 19: lock.v1.LockClass
+	(*ListClassesRequest)(nil),          // 20: lock.v1.ListClassesRequest
+	(*ListClassesResponse)(nil),         // 21: lock.v1.ListClassesResponse
+	(*AcquireRequest)(nil),              // 22: lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),             // 23: lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),              // 24: lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),             // 25: lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),              // 26: lock.v1.InspectRequest
+	(*Hold)(nil),                        // 27: lock.v1.Hold
+	(*InspectResponse)(nil),             // 28: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 29: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 30: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 31: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 32: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 33: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 34: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 35: lock.v1.EpochStatusResponse
+	(*AdvanceEpochRequest)(nil),         // 36: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 37: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 38: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 39: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 40: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 41: lock.v1.ApproveEpochAdvanceResponse
+	(*ClassStatsRequest)(nil),           // 42: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 43: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 44: lock.v1.ClassStat
+	(*ValidateTokenRequest)(nil),        // 45: lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil),       // 46: lock.v1.ValidateTokenResponse
+	(*timestamppb.Timestamp)(nil),       // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	44, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	44, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	44, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	0,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	0,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	0,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	45, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	45, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	45, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	18, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	45, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	44, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
-	18, // 13: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	45, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	9,  // 15: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	44, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	44, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	45, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	9,  // 19: lock.v1.Hold.token:type_name -> lock.v1.Token
-	26, // 20: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	26, // 21: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	45, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	44, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	44, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	45, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	31, // 26: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	44, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	43, // 28: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	45, // 29: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	45, // 30: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	10, // 31: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	12, // 32: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	14, // 33: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	16, // 34: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	21, // 35: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	23, // 36: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	25, // 37: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	28, // 38: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	30, // 39: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	19, // 40: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	41, // 41: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	33, // 42: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	35, // 43: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	37, // 44: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	39, // 45: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	1,  // 46: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	3,  // 47: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	5,  // 48: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	7,  // 49: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	11, // 50: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	13, // 51: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	15, // 52: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	17, // 53: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	22, // 54: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	24, // 55: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	27, // 56: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	29, // 57: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	32, // 58: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	20, // 59: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	42, // 60: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	34, // 61: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	36, // 62: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	38, // 63: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	40, // 64: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	2,  // 65: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	4,  // 66: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	6,  // 67: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	8,  // 68: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	47, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	47, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	1,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	1,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	1,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
+	48, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	48, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	48, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	19, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
+	48, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	47, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	19, // 13: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
+	48, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	10, // 15: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	47, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	47, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	48, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	10, // 19: lock.v1.Hold.token:type_name -> lock.v1.Token
+	27, // 20: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	27, // 21: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	48, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	47, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	47, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	48, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	32, // 26: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	47, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 28: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	48, // 29: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	48, // 30: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	0,  // 31: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	11, // 32: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	13, // 33: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	15, // 34: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	17, // 35: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	22, // 36: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	24, // 37: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	26, // 38: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	29, // 39: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	31, // 40: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	20, // 41: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	42, // 42: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	45, // 43: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	34, // 44: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	36, // 45: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	38, // 46: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	40, // 47: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	2,  // 48: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	4,  // 49: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	6,  // 50: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	8,  // 51: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	12, // 52: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	14, // 53: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	16, // 54: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	18, // 55: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	23, // 56: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	25, // 57: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	28, // 58: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	30, // 59: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	33, // 60: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	21, // 61: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	43, // 62: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	46, // 63: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	35, // 64: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	37, // 65: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	39, // 66: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	41, // 67: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	3,  // 68: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	5,  // 69: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	7,  // 70: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	9,  // 71: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	52, // [52:72] is the sub-list for method output_type
+	32, // [32:52] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -3043,13 +3258,14 @@ func file_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   44,
+			NumEnums:      1,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_lock_v1_lock_proto_goTypes,
 		DependencyIndexes: file_lock_v1_lock_proto_depIdxs,
+		EnumInfos:         file_lock_v1_lock_proto_enumTypes,
 		MessageInfos:      file_lock_v1_lock_proto_msgTypes,
 	}.Build()
 	File_lock_v1_lock_proto = out.File

@@ -30,6 +30,7 @@ const (
 	LockService_ListSessions_FullMethodName  = "/lock.v1.LockService/ListSessions"
 	LockService_ListClasses_FullMethodName   = "/lock.v1.LockService/ListClasses"
 	LockService_ClassStats_FullMethodName    = "/lock.v1.LockService/ClassStats"
+	LockService_ValidateToken_FullMethodName = "/lock.v1.LockService/ValidateToken"
 )
 
 // LockServiceClient is the client API for LockService service.
@@ -73,6 +74,12 @@ type LockServiceClient interface {
 	// ClassStats reports, per class the caller may see, what this lockd has
 	// measured since it started: grants, grant latency, expiries.
 	ClassStats(ctx context.Context, in *ClassStatsRequest, opts ...grpc.CallOption) (*ClassStatsResponse, error)
+	// ValidateToken reports whether a token is the current grant's token for
+	// a key, by a linearizable read of the hold. It is NOT atomic with the
+	// caller's write: the hold can change between this answer and the write.
+	// It is for resources that cannot store a fence; prefer the resource's own
+	// conditional write. Rate-limited per identity, separately from grants.
+	ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error)
 }
 
 type lockServiceClient struct {
@@ -196,6 +203,16 @@ func (c *lockServiceClient) ClassStats(ctx context.Context, in *ClassStatsReques
 	return out, nil
 }
 
+func (c *lockServiceClient) ValidateToken(ctx context.Context, in *ValidateTokenRequest, opts ...grpc.CallOption) (*ValidateTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateTokenResponse)
+	err := c.cc.Invoke(ctx, LockService_ValidateToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LockServiceServer is the server API for LockService service.
 // All implementations must embed UnimplementedLockServiceServer
 // for forward compatibility.
@@ -237,6 +254,12 @@ type LockServiceServer interface {
 	// ClassStats reports, per class the caller may see, what this lockd has
 	// measured since it started: grants, grant latency, expiries.
 	ClassStats(context.Context, *ClassStatsRequest) (*ClassStatsResponse, error)
+	// ValidateToken reports whether a token is the current grant's token for
+	// a key, by a linearizable read of the hold. It is NOT atomic with the
+	// caller's write: the hold can change between this answer and the write.
+	// It is for resources that cannot store a fence; prefer the resource's own
+	// conditional write. Rate-limited per identity, separately from grants.
+	ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error)
 	mustEmbedUnimplementedLockServiceServer()
 }
 
@@ -279,6 +302,9 @@ func (UnimplementedLockServiceServer) ListClasses(context.Context, *ListClassesR
 }
 func (UnimplementedLockServiceServer) ClassStats(context.Context, *ClassStatsRequest) (*ClassStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClassStats not implemented")
+}
+func (UnimplementedLockServiceServer) ValidateToken(context.Context, *ValidateTokenRequest) (*ValidateTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateToken not implemented")
 }
 func (UnimplementedLockServiceServer) mustEmbedUnimplementedLockServiceServer() {}
 func (UnimplementedLockServiceServer) testEmbeddedByValue()                     {}
@@ -488,6 +514,24 @@ func _LockService_ClassStats_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_ValidateToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).ValidateToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_ValidateToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).ValidateToken(ctx, req.(*ValidateTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LockService_ServiceDesc is the grpc.ServiceDesc for LockService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -534,6 +578,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClassStats",
 			Handler:    _LockService_ClassStats_Handler,
+		},
+		{
+			MethodName: "ValidateToken",
+			Handler:    _LockService_ValidateToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
