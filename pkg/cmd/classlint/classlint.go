@@ -42,6 +42,8 @@ priced from Prometheus, and the pull-request comment that carries both.`,
 	}
 	root.AddCommand(
 		newCheckCmd(stdout),
+		newCostCmd(stdout),
+		newRegisterCmd(stdout),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)

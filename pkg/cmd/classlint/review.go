@@ -2,8 +2,11 @@ package classlint
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
+
+	"github.com/lockd-dev/lockd/pkg/cost"
 )
 
 // reviewOptions say what the pull-request review covers.
@@ -29,6 +32,14 @@ func review(ctx context.Context, opts reviewOptions) (markdown string, failed bo
 	var b strings.Builder
 	b.WriteString("## class-lint\n\n")
 	b.WriteString(rep.Markdown())
-	_ = ctx
+	if opts.PrometheusURL == "" {
+		b.WriteString("### Renewal cost\n\nNot computed: no Prometheus URL was given (`--prometheus`).\n")
+	} else {
+		cr, err := cost.Compare(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base, Prometheus: opts.PrometheusURL})
+		if err != nil {
+			return "", false, fmt.Errorf("cost: %w", err)
+		}
+		b.WriteString(cr.Markdown())
+	}
 	return b.String(), rep.Violations > 0, nil
 }

@@ -1,0 +1,155 @@
+package cost
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// repo is a git work tree for tests.
+type repo struct {
+	t   *testing.T
+	dir string
+}
+
+func newRepo(t *testing.T) *repo {
+	t.Helper()
+	r := &repo{t: t, dir: t.TempDir()}
+	r.git("init", "-q", "-b", "main")
+	return r
+}
+
+func (r *repo) git(args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", r.dir, "-c", "user.name=test", "-c", "user.email=test@example.com",
+		"-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
+	out, err := cmd.CombinedOutput()
+	require.NoError(r.t, err, "git %v: %s", args, out)
+	return strings.TrimSpace(string(out))
+}
+
+func (r *repo) write(path, body string) {
+	r.t.Helper()
+	p := filepath.Join(r.dir, path)
+	require.NoError(r.t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(r.t, os.WriteFile(p, []byte(body), 0o644))
+}
+
+func (r *repo) commit(msg string) {
+	r.t.Helper()
+	r.git("add", "-A")
+	r.git("commit", "-q", "-m", msg)
+}
+
+// classYAML is a LockClass document with ttl and tier entity: a fenced
+// correctness class, or the spec lines given.
+func classYAML(ns, name, ttl string, extra ...string) string {
+	spec := []string{"purpose: correctness", "enforcement: fenced", "ttl: " + ttl, "tier: entity", "resource: db"}
+	if len(extra) > 0 {
+		spec = append([]string{"tier: entity", "ttl: " + ttl}, extra...)
+	}
+	return fmt.Sprintf("apiVersion: locks.lockd.dev/v1alpha1\nkind: LockClass\nmetadata: {name: %s, namespace: %s}\nspec:\n  %s\n",
+		name, ns, strings.Join(spec, "\n  "))
+}
+
+func summary(r *Report) []string {
+	var out []string
+	for _, c := range r.Changes {
+		out = append(out, c.Kind.Mark()+" "+c.Name()+" "+c.describe())
+	}
+	return out
+}
+
+func TestCompareWorkTreeWithRuleViolations(t *testing.T) {
+	r := newRepo(t)
+	r.write("classes/t/classes.yaml", classYAML("t", "std", "15s"))
+	r.commit("classes")
+	// The work tree: a longer TTL, a durable class and an advisory class
+	// whose waiver has lapsed (both refused by lockd, both priced here).
+	r.write("classes/t/classes.yaml", classYAML("t", "std", "30s")+"---\n"+
+		classYAML("t", "queue", "15s", "purpose: correctness", "enforcement: fenced", "resource: db", "fairness: durable")+"---\n"+
+		classYAML("t", "old", "30s", "purpose: efficiency", "enforcement: advisory", "riskOwner: team-a", `waiverExpires: "2001-01-01"`))
+
+	rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Prometheus: "http://prometheus:9090",
+		Source: &fakeSource{t: t, sessions: map[string]float64{"t": 3}, waits: map[Key]float64{{"t", "queue"}: 1}}})
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"+ t/old added (ttl 30s)",
+		"+ t/queue added (ttl 15s)",
+		"~ t/std ttl 15s → 30s",
+	}, summary(rep))
+	require.Equal(t, "main", rep.Base.Ref, "origin/main does not exist: main is next")
+	require.Equal(t, r.git("rev-parse", "main"), rep.Base.Commit)
+	require.Contains(t, rep.Notes, "origin/main not found: compared with main instead (pass --base to choose)")
+	require.Equal(t, 2.0, rep.Changes[1].After.DurableWritesPerSecond)
+	require.InDelta(t, 0.6, rep.Changes[2].Before.KeepalivesPerSecond, 1e-9)
+	require.InDelta(t, 0.3, rep.Changes[2].After.KeepalivesPerSecond, 1e-9)
+	require.Equal(t, "http://prometheus:9090", rep.Prometheus)
+}
+
+func TestCompareBase(t *testing.T) {
+	t.Run("an explicit base that does not exist is an error", func(t *testing.T) {
+		r := newRepo(t)
+		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		r.commit("classes")
+		_, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "origin/nope", Source: &fakeSource{t: t}})
+		require.ErrorContains(t, err, "--base origin/nope is not a commit")
+		require.ErrorContains(t, err, "git fetch")
+	})
+	t.Run("a class directory new since the base: every class is added", func(t *testing.T) {
+		r := newRepo(t)
+		r.write("README.md", "hello\n")
+		r.commit("readme")
+		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "HEAD",
+			Source: &fakeSource{t: t, sessions: map[string]float64{}}})
+		require.NoError(t, err)
+		require.Equal(t, []string{"+ t/std added (ttl 15s)"}, summary(rep))
+		require.Equal(t, []string{
+			"classes/ does not exist at HEAD: every class is new",
+			"no data for namespace t in Prometheus: assumed 0 sessions",
+		}, rep.Notes)
+	})
+	t.Run("origin/main is preferred", func(t *testing.T) {
+		r := newRepo(t)
+		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		r.commit("classes")
+		r.git("update-ref", "refs/remotes/origin/main", "HEAD")
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Source: &fakeSource{t: t, sessions: map[string]float64{}}})
+		require.NoError(t, err)
+		require.Equal(t, DefaultBase, rep.Base.Ref)
+		require.Empty(t, rep.Notes)
+		require.Empty(t, rep.Changes)
+	})
+	t.Run("the merge base: changes on main since the fork are not shown", func(t *testing.T) {
+		r := newRepo(t)
+		r.write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "15s"))
+		r.commit("classes")
+		fork := r.git("rev-parse", "HEAD")
+		r.git("checkout", "-q", "-b", "feature")
+		r.git("checkout", "-q", "main")
+		r.write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "20s"))
+		r.commit("other on main")
+		r.git("checkout", "-q", "feature")
+		r.write("classes/t/c.yaml", classYAML("t", "std", "30s")+"---\n"+classYAML("t", "other", "15s"))
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "main",
+			Source: &fakeSource{t: t, sessions: map[string]float64{"t": 1}}})
+		require.NoError(t, err)
+		require.Equal(t, fork, rep.Base.Commit)
+		require.Equal(t, []string{"~ t/std ttl 15s → 30s"}, summary(rep))
+	})
+	t.Run("not a git work tree", func(t *testing.T) {
+		_, err := Compare(t.Context(), Options{Dir: t.TempDir(), Source: &fakeSource{t: t}})
+		require.ErrorContains(t, err, "is not in a git work tree")
+	})
+	t.Run("a bad Prometheus URL says what is wanted", func(t *testing.T) {
+		_, err := Compare(t.Context(), Options{Dir: t.TempDir(), Prometheus: "prometheus:9090"})
+		require.ErrorContains(t, err, "want an http(s) URL")
+	})
+}
