@@ -36,6 +36,13 @@ func Review(t *Tree, now time.Time) []Problem {
 	return ps
 }
 
+// ReviewClass applies the review rules that need nothing but the class
+// itself and the date (today: a waiver lapsing within WaiverWarning). The
+// admission webhook uses it; Review applies it to every class of a tree.
+func ReviewClass(c *Class, now time.Time) []Problem {
+	return reviewWaivers(&Tree{Classes: []*Class{c}}, now)
+}
+
 func reviewWaivers(t *Tree, now time.Time) []Problem {
 	var ps []Problem
 	for _, c := range t.Classes {
