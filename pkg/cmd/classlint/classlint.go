@@ -44,6 +44,7 @@ priced from Prometheus, and the pull-request comment that carries both.`,
 		newCheckCmd(stdout),
 		newCostCmd(stdout),
 		newRegisterCmd(stdout),
+		newCommentCmd(stdout, stderr),
 		newWebhookCmd(stderr),
 	)
 	root.SetArgs(args)

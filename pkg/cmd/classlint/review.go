@@ -3,6 +3,8 @@ package classlint
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -29,6 +31,14 @@ func review(ctx context.Context, opts reviewOptions) (markdown string, failed bo
 	if err != nil {
 		return "", false, err
 	}
+	// The comment is compared with the last one posted: paths must not
+	// depend on where CI checked the repository out.
+	for i := range rep.Dirs {
+		rep.Dirs[i] = relPath(rep.Dirs[i])
+	}
+	for i := range rep.Problems {
+		rep.Problems[i].File = relPath(rep.Problems[i].File)
+	}
 	var b strings.Builder
 	b.WriteString("## class-lint\n\n")
 	b.WriteString(rep.Markdown())
@@ -42,4 +52,16 @@ func review(ctx context.Context, opts reviewOptions) (markdown string, failed bo
 		b.WriteString(cr.Markdown())
 	}
 	return b.String(), rep.Violations > 0, nil
+}
+
+// relPath returns p relative to the working directory when p is inside it.
+func relPath(p string) string {
+	wd, err := os.Getwd()
+	if err != nil || !filepath.IsAbs(p) {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && r != ".." && !strings.HasPrefix(r, "../") {
+		return r
+	}
+	return p
 }

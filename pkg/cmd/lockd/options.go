@@ -13,6 +13,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/lockd-dev/lockd/pkg/arbiter"
 	"github.com/lockd-dev/lockd/pkg/identity"
 )
 
@@ -69,6 +70,9 @@ type Options struct {
 	Operators []string
 	// RequestTimeout bounds each etcd call.
 	RequestTimeout time.Duration
+	// ValidateRate and ValidateBurst limit ValidateToken calls per identity.
+	ValidateRate  float64
+	ValidateBurst int
 
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string
@@ -90,6 +94,8 @@ func DefaultOptions() Options {
 		EtcdClientURL:  "http://127.0.0.1:7422",
 		EtcdPeerURL:    "http://127.0.0.1:7423",
 		RequestTimeout: 5 * time.Second,
+		ValidateRate:   arbiter.DefaultValidateRate,
+		ValidateBurst:  arbiter.DefaultValidateBurst,
 		LogLevel:       "info",
 		LogFormat:      "json",
 	}
@@ -188,6 +194,9 @@ func (o *Options) validate() error {
 		if _, err := spiffeid.FromString(op); err != nil {
 			add("--operators %q: not a SPIFFE ID: %v", op, err)
 		}
+	}
+	if o.ValidateRate <= 0 || o.ValidateBurst < 1 {
+		add("--validate-rate %v and --validate-burst %d: must be positive", o.ValidateRate, o.ValidateBurst)
 	}
 	if o.RequestTimeout <= 0 {
 		add("--request-timeout %s: must be positive", o.RequestTimeout)

@@ -95,6 +95,8 @@ func run(ctx context.Context, opts *Options) (err error) {
 		Logger:         logger.With("component", "arbiter"),
 		Now:            opts.Now,
 		RequestTimeout: opts.RequestTimeout,
+		ValidateRate:   opts.ValidateRate,
+		ValidateBurst:  opts.ValidateBurst,
 		Metrics:        metrics,
 	}, arbiter.NewPolicy(watcher.Current()))
 	if err != nil {
