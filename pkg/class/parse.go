@@ -407,7 +407,7 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 	}
 	switch {
 	case c.TTL < MinTTL || c.TTL > MaxTTL:
-		dp.addRule(RuleTTLRange, "spec.ttl", fmt.Sprintf("must be between %v and %v, got %s", MinTTL, MaxTTL, ttlDesc))
+		dp.addRule(RuleTTLRange, "spec.ttl", fmt.Sprintf("must be between %s and %s, got %s", seconds(MinTTL), seconds(MaxTTL), ttlDesc))
 	case advisory && c.TTL < MinAdvisoryTTL:
 		dp.addRule(RuleAdvisoryTTLFloor, "spec.ttl", fmt.Sprintf("advisory classes must have a ttl of at least %v, got %s", MinAdvisoryTTL, ttlDesc))
 	}
@@ -740,3 +740,6 @@ func contentLine(l string) (string, int, bool) {
 	}
 	return t, len(l) - len(t), true
 }
+
+// seconds formats a whole number of seconds as "300s" rather than "5m0s".
+func seconds(d time.Duration) string { return fmt.Sprintf("%ds", int(d/time.Second)) }

@@ -78,8 +78,8 @@ func TestParseFileClassRules(t *testing.T) {
 		{"bad enforcement", classYAML("a", "enforcement: strict"), "spec.enforcement", "must be one of fenced, advisory"},
 		{"missing tier", classYAML("a", "tier: -"), "spec.tier", "is required"},
 		{"bad tier", classYAML("a", "tier: global"), "spec.tier", "must be one of entity, coord"},
-		{"ttl too short", classYAML("a", "ttl: 2s"), "spec.ttl", "must be between 5s and 5m0s, got 2s"},
-		{"ttl too long", classYAML("a", "ttl: 301s"), "spec.ttl", "must be between 5s and 5m0s, got 301s"},
+		{"ttl too short", classYAML("a", "ttl: 2s"), "spec.ttl", "must be between 5s and 300s, got 2s"},
+		{"ttl too long", classYAML("a", "ttl: 301s"), "spec.ttl", "must be between 5s and 300s, got 301s"},
 		{"ttl not a duration", classYAML("a", "ttl: soon"), "spec.ttl", "must be a Go duration"},
 		{"ttl a number", classYAML("a", "ttl: 15"), "spec.ttl", "must be a string, got number"},
 		{"advisory ttl too short", classYAML("a", advisory("ttl: 29s")...), "spec.ttl", "advisory classes must have a ttl of at least 30s"},
@@ -206,7 +206,7 @@ func TestParseFileLinesAndMultipleDocuments(t *testing.T) {
 		got = append(got, p.Error())
 	}
 	require.Equal(t, []string{
-		"x.yaml:10: LockClass payments/a: spec.ttl: must be between 5s and 5m0s, got 2s",
+		"x.yaml:10: LockClass payments/a: spec.ttl: must be between 5s and 300s, got 2s",
 		"x.yaml:26: LockClass payments/b: spec.color: unknown field",
 		"x.yaml:22: LockClass payments/b: spec.purpose: must be one of correctness, efficiency, got \"speed\"",
 		"x.yaml:" + strconv.Itoa(lines) + ": LockGrant payments/g: spec.prefixes[1]: invalid prefix \"payments/b\": prefix must end with \"/\"",
@@ -288,7 +288,7 @@ func TestLoadDirProblems(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		`billing/e.yaml:5: LockClass payments/e: metadata.namespace: must equal the namespace folder "billing", got "payments"`,
-		`payments/a.yaml:9: LockClass payments/a: spec.ttl: must be between 5s and 5m0s, got 1s`,
+		`payments/a.yaml:9: LockClass payments/a: spec.ttl: must be between 5s and 300s, got 1s`,
 		`payments/b.yaml:21: LockClass payments/b2: spec.tier: must be one of entity, coord, got "x"`,
 		`payments/c.yaml:1: LockClass payments/b: metadata.name: duplicate LockClass, first defined at ` + filepath.Join(dir, "payments", "b.yaml") + `:1`,
 		`payments/sub/d.yaml: must be directly inside a namespace folder; nested folders are not read`,

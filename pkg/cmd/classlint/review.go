@@ -21,6 +21,9 @@ type reviewOptions struct {
 	PrometheusURL string
 	// Now is the clock for expiry rules.
 	Now func() time.Time
+	// costSource, when set, replaces Prometheus (golden tests of the
+	// comment's layout; the figures are tested against a real Prometheus).
+	costSource cost.Source
 }
 
 // review runs check (and cost, when a Prometheus URL is given) and renders
@@ -42,10 +45,10 @@ func review(ctx context.Context, opts reviewOptions) (markdown string, failed bo
 	var b strings.Builder
 	b.WriteString("## class-lint\n\n")
 	b.WriteString(rep.Markdown())
-	if opts.PrometheusURL == "" {
+	if opts.PrometheusURL == "" && opts.costSource == nil {
 		b.WriteString("### Renewal cost\n\nNot computed: no Prometheus URL was given (`--prometheus`).\n")
 	} else {
-		cr, err := cost.Compare(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base, Prometheus: opts.PrometheusURL})
+		cr, err := cost.Compare(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base, Prometheus: opts.PrometheusURL, Source: opts.costSource})
 		if err != nil {
 			return "", false, fmt.Errorf("cost: %w", err)
 		}

@@ -67,7 +67,7 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
 spec: {purpose: correctness, enforcement: fenced, ttl: 2s, tier: entity, resource: ledger-db}
-`, message: "ttl-range: spec.ttl: must be between 5s and 5m0s, got 2s"},
+`, message: "ttl-range: spec.ttl: must be between 5s and 300s, got 2s"},
 	{name: "advisory ttl below floor", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
@@ -124,7 +124,7 @@ metadata: {name: Ledger, namespace: payments}
 spec: {purpose: speed, enforcement: advisory, ttl: 10m, tier: entity}
 `, message: `schema: metadata.name: must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got "Ledger"; ` +
 		`schema: spec.purpose: must be one of correctness, efficiency, got "speed"; ` +
-		`ttl-range: spec.ttl: must be between 5s and 5m0s, got 10m; ` +
+		`ttl-range: spec.ttl: must be between 5s and 300s, got 10m; ` +
 		`advisory-risk-owner: spec.riskOwner: is required for advisory classes; ` +
 		`advisory-waiver: spec.waiverExpires: is required for advisory classes`},
 	{name: "valid grant", object: `
