@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/epoch"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/fencetest"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/forcerelease"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
@@ -22,11 +23,15 @@ import (
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/top"
+	"github.com/lockd-dev/lockd/pkg/pausetest"
 )
 
 // Main runs lockctl with the process's arguments and returns its exit
 // code. Only main calls os.Exit.
 func Main() int {
+	if pausetest.IsHolder() { // re-executed by fence-test as its paused holder
+		return pausetest.HolderMain()
+	}
 	return Run(cmdutil.New(), os.Args[1:])
 }
 
@@ -140,5 +145,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(top.NewCmdTop(f, nil))
 	root.AddCommand(login.NewCmdLogin(f, nil))
 	root.AddCommand(register.NewCmdRegister(f, nil))
+	root.AddCommand(fencetest.NewCmdFenceTest(f, nil))
 	return root
 }
