@@ -15,6 +15,7 @@ for _ in $(seq 1 100); do
   curl -fsS http://127.0.0.1:7421/readyz >/dev/null 2>&1 && break
   sleep 0.2
 done
+kill -0 "$pid" 2>/dev/null || { echo "lockd exited (is another lockd on 127.0.0.1:7420-7423?):"; cat "$work/lockd.log"; exit 1; }
 curl -fsS http://127.0.0.1:7421/readyz
 out=$("$work/bin/lockctl" lock demo/x --class demo -- sh -c 'echo $LOCK_TOKEN')
 echo "lockctl printed: $out"
