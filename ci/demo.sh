@@ -11,11 +11,16 @@ go build -o "$work/bin/lockd" ./cmd/lockd
 go build -o "$work/bin/lockctl" ./cmd/lockctl
 "$work/bin/lockd" >"$work/lockd.log" 2>&1 &
 pid=$!
+# Ready means this lockd wrote its lockctl config (it does so before serving)
+# and /readyz answers; another lockd on the same ports must not pass for it.
 for _ in $(seq 1 100); do
-  curl -fsS http://127.0.0.1:7421/readyz >/dev/null 2>&1 && break
+  [ -f "$work/.lockd/lockctl.yaml" ] && curl -fsS http://127.0.0.1:7421/readyz >/dev/null 2>&1 && break
+  kill -0 "$pid" 2>/dev/null || break
   sleep 0.2
 done
-kill -0 "$pid" 2>/dev/null || { echo "lockd exited (is another lockd on 127.0.0.1:7420-7423?):"; cat "$work/lockd.log"; exit 1; }
+if ! kill -0 "$pid" 2>/dev/null || [ ! -f "$work/.lockd/lockctl.yaml" ]; then
+  echo "lockd did not start (is another lockd on 127.0.0.1:7420-7423?):"; cat "$work/lockd.log"; exit 1
+fi
 curl -fsS http://127.0.0.1:7421/readyz
 out=$("$work/bin/lockctl" lock demo/x --class demo -- sh -c 'echo $LOCK_TOKEN')
 echo "lockctl printed: $out"
