@@ -28,6 +28,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/register"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
+	"github.com/lockd-dev/lockd/internal/pgserver"
 )
 
 // The gate's lock namespace, class and TTL.
@@ -250,7 +251,7 @@ func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) erro
 	switch kind {
 	case "postgres":
 		if url == "" {
-			u, stop, err := register.StartPostgres(ctx, filepath.Join(r.dir, "postgres"))
+			u, stop, err := pgserver.Start(ctx, filepath.Join(r.dir, "postgres"), true)
 			if err != nil {
 				return err
 			}

@@ -57,12 +57,6 @@ var (
 	// ErrRequest is returned when the in-memory register's server rejected a
 	// request as malformed; it was not applied.
 	ErrRequest = errors.New("register: bad request")
-	// ErrPostgresMissing is returned by StartPostgres when the PostgreSQL
-	// server binaries cannot be found.
-	ErrPostgresMissing = errors.New("register: PostgreSQL server binaries not found")
-	// ErrPostgresStart is returned by StartPostgres when the server could not
-	// be initialised or started.
-	ErrPostgresStart = errors.New("register: cannot start PostgreSQL")
 )
 
 // IsUnknown reports whether err leaves the operation's outcome unknown: the

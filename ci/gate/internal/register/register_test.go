@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lockd-dev/lockd/internal/pgserver"
 )
 
 // step is one operation of a case table run against a fresh register whose
@@ -269,7 +271,7 @@ func TestPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	url, stop, err := StartPostgres(ctx, postgresDir(t))
+	url, stop, err := pgserver.Start(ctx, postgresDir(t), true)
 	if err != nil {
 		t.Fatalf("StartPostgres: %v", err)
 	}

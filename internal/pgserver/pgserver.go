@@ -1,4 +1,8 @@
-package register
+// Package pgserver starts a throwaway PostgreSQL cluster from the
+// machine's server binaries, for the release gate's register and for tests
+// that need a real PostgreSQL. As root, initdb and pg_ctl run as the user
+// postgres.
+package pgserver
 
 import (
 	"bytes"
@@ -33,7 +37,16 @@ const postgresReadyTimeout = 30 * time.Second
 // terminating NUL) on Linux.
 const maxSocketPath = 107
 
-// StartPostgres initialises a throwaway PostgreSQL cluster in dir/data and
+// Errors.
+var (
+	// ErrMissing is returned by Start when the PostgreSQL server binaries
+	// are not installed.
+	ErrMissing = errors.New("pgserver: PostgreSQL server binaries not found")
+	// ErrStart is returned by Start when the server could not be started.
+	ErrStart = errors.New("pgserver: cannot start PostgreSQL")
+)
+
+// Start initialises a throwaway PostgreSQL cluster in dir/data and
 // starts it, listening on 127.0.0.1 on a free port with trust
 // authentication, its Unix socket in dir/sock and its log in
 // dir/postgres.log. It returns the URL of the database "postgres" as user
@@ -44,14 +57,14 @@ const maxSocketPath = 107
 // run as the user postgres (runuser), which must be able to reach dir: all
 // its parent directories must be searchable by that user (t.TempDir's are
 // not). dir/data must not exist or be empty.
-func StartPostgres(ctx context.Context, dir string) (url string, stop func() error, err error) {
+func Start(ctx context.Context, dir string, fsync bool) (url string, stop func() error, err error) {
 	bin, err := findPostgresBin()
 	if err != nil {
 		return "", nil, err
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %w", ErrPostgresStart, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	s := &pgServer{
 		bin:     bin,
@@ -59,30 +72,31 @@ func StartPostgres(ctx context.Context, dir string) (url string, stop func() err
 		dataDir: filepath.Join(dir, "data"),
 		sockDir: filepath.Join(dir, "sock"),
 		logFile: filepath.Join(dir, "postgres.log"),
+		fsync:   fsync,
 	}
 	if err := s.prepare(); err != nil {
 		s.cleanup()
-		return "", nil, fmt.Errorf("%w: %w", ErrPostgresStart, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	if err := s.run(ctx, s.binary("initdb"), "-D", s.dataDir, "--auth=trust", "-U", "postgres",
 		"-E", "UTF8", "--no-locale", "--no-instructions"); err != nil {
 		s.cleanup()
-		return "", nil, fmt.Errorf("%w: initdb: %w", ErrPostgresStart, err)
+		return "", nil, fmt.Errorf("%w: initdb: %w", ErrStart, err)
 	}
 	if err := s.configure(); err != nil {
 		s.cleanup()
-		return "", nil, fmt.Errorf("%w: %w", ErrPostgresStart, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	port, err := s.start(ctx)
 	if err != nil {
 		s.cleanup()
-		return "", nil, fmt.Errorf("%w: %w", ErrPostgresStart, err)
+		return "", nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	stop = sync.OnceValue(s.stop)
 	url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	if err := waitPostgres(ctx, url); err != nil {
 		_ = stop()
-		return "", nil, fmt.Errorf("%w: %w; log:\n%s", ErrPostgresStart, err, s.logTail())
+		return "", nil, fmt.Errorf("%w: %w; log:\n%s", ErrStart, err, s.logTail())
 	}
 	return url, stop, nil
 }
@@ -109,7 +123,7 @@ func findPostgresBin() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: need initdb, pg_ctl and postgres in %s, pg_config --bindir or PATH; %s",
-		ErrPostgresMissing, postgresBinDir, postgresInstallHint)
+		ErrMissing, postgresBinDir, postgresInstallHint)
 }
 
 // versionOf returns N of /usr/lib/postgresql/N/bin, or 0.
@@ -123,9 +137,10 @@ func isExecutable(path string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// pgServer is one cluster started by StartPostgres.
+// pgServer is one cluster started by Start.
 type pgServer struct {
 	bin, dir, dataDir, sockDir, logFile string
+	fsync                               bool
 
 	// runuser is set when running as root: the binaries run as postgres.
 	runuser  string
@@ -220,8 +235,12 @@ func (s *pgServer) configure() error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(f, "\n# release gate\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = %s\nfsync = on\n",
-		confQuote(s.sockDir))
+	fsync := "off"
+	if s.fsync {
+		fsync = "on"
+	}
+	_, err = fmt.Fprintf(f, "\n# pgserver\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = %s\nfsync = %s\n",
+		confQuote(s.sockDir), fsync)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -275,7 +294,7 @@ func (s *pgServer) stop() error {
 	err := s.run(ctx, s.binary("pg_ctl"), "-D", s.dataDir, "-m", "fast", "-w", "-t", "50", "stop")
 	s.cleanup()
 	if err != nil {
-		return fmt.Errorf("register: pg_ctl stop: %w", err)
+		return fmt.Errorf("pgserver: pg_ctl stop: %w", err)
 	}
 	return nil
 }
@@ -352,4 +371,10 @@ func waitPostgres(ctx context.Context, url string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
