@@ -54,6 +54,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/fence"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -503,7 +504,7 @@ func startHolder(exe string, task holderTask) (*holderProc, error) {
 	h.cmd = exec.Command(exe)
 	h.cmd.Env = append(commandEnv(), EnvHolder+"=1")
 	h.cmd.Stderr = &h.stderr
-	dieWithParent(h.cmd)
+	childproc.DieWithParent(h.cmd)
 	var err error
 	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
 		return nil, fmt.Errorf("pausetest: %w", err)

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"code.gitea.io/sdk/gitea"
+
+	"github.com/lockd-dev/lockd/internal/childproc"
 )
 
 // readyTimeout bounds how long Gitea may take to answer after `gitea web`
@@ -82,7 +84,7 @@ func Start(t testing.TB) *Gitea {
 	}
 	cmd := g.command("web")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	dieWithParent(cmd)
+	childproc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("forgetest: start gitea web: %v", err)
 	}
