@@ -54,8 +54,8 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		Args: cmdutil.ExactArgs(1, "a request id from `lockctl force-release list`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
-			if !opts.Yes && !opts.IO.IsStdinTTY() {
-				return cmdutil.FlagErrorf("refusing to release a hold without --yes: stdin is not a terminal, so lockctl cannot ask")
+			if err := cmdutil.RequireYes(opts.IO.IsStdinTTY(), opts.Yes, "release a hold"); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -68,15 +68,8 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 }
 
 func run(ctx context.Context, opts *Options) error {
-	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
-		if !opts.Yes {
-			if err := confirm(ctx, opts, c); err != nil {
-				return err
-			}
-		}
-		// The operator may take longer to answer than the call timeout.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
-		defer cancel()
+	confirmF := func(ctx context.Context, c *client.Client) error { return confirm(ctx, opts, c) }
+	return cmdutil.CallConfirmed(ctx, opts.Client, opts.Timeout, opts.Yes, confirmF, func(ctx context.Context, c *client.Client) error {
 		resp, err := c.AdminService().ApproveForceRelease(ctx, &lockv1.ApproveForceReleaseRequest{Id: opts.ID})
 		if err != nil {
 			return err

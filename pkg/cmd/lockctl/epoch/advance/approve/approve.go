@@ -56,8 +56,8 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		Args: cmdutil.ExactArgs(1, "a request id from `lockctl epoch advance request`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID = args[0]
-			if !opts.Yes && !opts.IO.IsStdinTTY() {
-				return cmdutil.FlagErrorf("refusing to advance the epoch without --yes: stdin is not a terminal, so lockctl cannot ask")
+			if err := cmdutil.RequireYes(opts.IO.IsStdinTTY(), opts.Yes, "advance the epoch"); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -70,15 +70,8 @@ func NewCmdApprove(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 }
 
 func advanceRun(ctx context.Context, opts *Options) error {
-	return cmdutil.Call(ctx, opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
-		if !opts.Yes {
-			if err := confirm(ctx, opts, c); err != nil {
-				return err
-			}
-		}
-		// The operator may take longer to answer than the call timeout.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.Timeout)
-		defer cancel()
+	confirmF := func(ctx context.Context, c *client.Client) error { return confirm(ctx, opts, c) }
+	return cmdutil.CallConfirmed(ctx, opts.Client, opts.Timeout, opts.Yes, confirmF, func(ctx context.Context, c *client.Client) error {
 		resp, err := c.AdminService().ApproveEpochAdvance(ctx, &lockv1.ApproveEpochAdvanceRequest{Id: opts.ID})
 		if err != nil {
 			return err
