@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,24 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/golden"
 	"github.com/lockd-dev/lockd/pkg/class"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
-
-// assertGolden compares got with testdata/<name>.golden.
-func assertGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		require.NoError(t, os.MkdirAll("testdata", 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file: run go test ./pkg/cost/ -update")
-	require.Equal(t, string(want), got, "output differs from %s (run go test ./pkg/cost/ -update if the change is intended)", path)
-}
 
 // fakeSource serves fixed figures and fails the test on any call it was
 // not set up for (a nil map).
@@ -370,4 +352,10 @@ func TestKindMark(t *testing.T) {
 	require.Equal(t, "+", Added.Mark())
 	require.Equal(t, "−", Removed.Mark())
 	require.Equal(t, "~", Changed.Mark())
+}
+
+// assertGolden compares got with testdata/<name>.golden.
+func assertGolden(t *testing.T, name, got string) {
+	t.Helper()
+	golden.Assert(t, name, []byte(got))
 }

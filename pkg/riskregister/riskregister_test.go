@@ -3,32 +3,15 @@ package riskregister
 import (
 	"bytes"
 	"encoding/csv"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/golden"
 	"github.com/lockd-dev/lockd/pkg/class"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
-
-// assertGolden compares got with testdata/<name>.golden.
-func assertGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file: run go test ./pkg/riskregister/ -update")
-	require.Equal(t, string(want), got, "output differs from %s (run go test ./pkg/riskregister/ -update if the change is intended)", path)
-}
 
 // now is the clock the golden files are rendered against.
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -186,4 +169,10 @@ func TestEmpty(t *testing.T) {
 	b.Reset()
 	require.NoError(t, r.WriteJSON(&b))
 	require.Contains(t, b.String(), `"advisory": []`)
+}
+
+// assertGolden compares got with testdata/<name>.golden.
+func assertGolden(t *testing.T, name, got string) {
+	t.Helper()
+	golden.Assert(t, name, []byte(got))
 }

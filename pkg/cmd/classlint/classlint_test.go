@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,30 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/golden"
 	"github.com/lockd-dev/lockd/pkg/class"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
-
 // fixtureNow is the date the rule fixtures are checked at.
 const fixtureNow = "2026-11-30T12:00:00Z"
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 // TestRuleFixtures checks every rule against its fixtures: testdata/rules/
 // <rule>/fail breaks the rule (and only it), testdata/rules/<rule>/pass is
@@ -67,7 +48,7 @@ func TestRuleFixtures(t *testing.T) {
 					t.Errorf("problem line does not name the field: %q", l)
 				}
 			}
-			golden(t, filepath.Join(dir, "want.txt"), out.Bytes())
+			golden.AssertFile(t, filepath.Join(dir, "want.txt"), out.Bytes())
 
 			out.Reset()
 			if code := Main([]string{"check", "--now", fixtureNow, filepath.Join(dir, "pass")}, &out, &errOut); code != ExitOK {
@@ -118,7 +99,7 @@ func TestCheckOutputs(t *testing.T) {
 	if code := Main([]string{"check", "--now", fixtureNow, "-o", "markdown", dir}, &out, &errOut); code != ExitViolations {
 		t.Fatalf("exit %d", code)
 	}
-	golden(t, filepath.Join("testdata", "check.golden.md"), out.Bytes())
+	golden.AssertFile(t, filepath.Join("testdata", "check.golden.md"), out.Bytes())
 }
 
 func TestCheckUsage(t *testing.T) {
@@ -174,5 +155,5 @@ func TestReviewMarkdown(t *testing.T) {
 	if failed {
 		t.Fatal("a warning failed the review")
 	}
-	golden(t, filepath.Join("testdata", "review.golden.md"), []byte(md))
+	golden.AssertFile(t, filepath.Join("testdata", "review.golden.md"), []byte(md))
 }

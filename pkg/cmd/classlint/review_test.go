@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/golden"
 	"github.com/lockd-dev/lockd/pkg/cost"
 )
 
@@ -77,7 +78,7 @@ spec:
 	if !failed {
 		t.Error("a TTL of 2s did not fail the review")
 	}
-	golden(t, goldenPath(t, "comment.golden.md"), []byte(md))
+	golden.AssertFile(t, goldenPath(t, "comment.golden.md"), []byte(md))
 }
 
 // goldenPath returns testdata/name in the package directory, whatever the

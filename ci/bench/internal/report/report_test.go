@@ -3,7 +3,6 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,9 +12,8 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/bench/internal/result"
+	"github.com/lockd-dev/lockd/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // system builds a system's figures with a synthetic latency CDF that rises
 // from base to base*e^4.
@@ -119,22 +117,7 @@ func TestTable(t *testing.T) {
 		}
 	}
 
-	golden := filepath.Join("testdata", "table.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to write it)", err)
-	}
-	if out != string(want) {
-		t.Errorf("table differs from %s (go test -update rewrites it):\n%s", golden, out)
-	}
+	golden.AssertFile(t, filepath.Join("testdata", "table.golden"), buf.Bytes())
 }
 
 func TestMarkdown(t *testing.T) {

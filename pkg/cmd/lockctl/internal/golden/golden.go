@@ -4,31 +4,19 @@ package golden
 
 import (
 	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/golden"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/printer"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // Assert compares got with testdata/<name>.golden.
 func Assert(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, got, 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "missing golden file: run go test -update")
-	require.Equal(t, string(want), string(got), "output differs from %s (run go test -update if the change is intended)", path)
+	golden.Assert(t, name, got)
 }
 
 // Now is the fixed clock golden output is rendered against.
