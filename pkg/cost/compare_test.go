@@ -2,50 +2,14 @@ package cost
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockd-dev/lockd/internal/gittest"
 )
-
-// repo is a git work tree for tests.
-type repo struct {
-	t   *testing.T
-	dir string
-}
-
-func newRepo(t *testing.T) *repo {
-	t.Helper()
-	r := &repo{t: t, dir: t.TempDir()}
-	r.git("init", "-q", "-b", "main")
-	return r
-}
-
-func (r *repo) git(args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", r.dir, "-c", "user.name=test", "-c", "user.email=test@example.com",
-		"-c", "commit.gpgsign=false"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
-	out, err := cmd.CombinedOutput()
-	require.NoError(r.t, err, "git %v: %s", args, out)
-	return strings.TrimSpace(string(out))
-}
-
-func (r *repo) write(path, body string) {
-	r.t.Helper()
-	p := filepath.Join(r.dir, path)
-	require.NoError(r.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(r.t, os.WriteFile(p, []byte(body), 0o644))
-}
-
-func (r *repo) commit(msg string) {
-	r.t.Helper()
-	r.git("add", "-A")
-	r.git("commit", "-q", "-m", msg)
-}
 
 // classYAML is a LockClass document with ttl and tier entity: a fenced
 // correctness class, or the spec lines given.
@@ -67,16 +31,16 @@ func summary(r *Report) []string {
 }
 
 func TestCompareWorkTreeWithRuleViolations(t *testing.T) {
-	r := newRepo(t)
-	r.write("classes/t/classes.yaml", classYAML("t", "std", "15s"))
-	r.commit("classes")
+	r := gittest.New(t)
+	r.Write("classes/t/classes.yaml", classYAML("t", "std", "15s"))
+	r.Commit("classes")
 	// The work tree: a longer TTL, a durable class and an advisory class
 	// whose waiver has lapsed (both refused by lockd, both priced here).
-	r.write("classes/t/classes.yaml", classYAML("t", "std", "30s")+"---\n"+
+	r.Write("classes/t/classes.yaml", classYAML("t", "std", "30s")+"---\n"+
 		classYAML("t", "queue", "15s", "purpose: correctness", "enforcement: fenced", "resource: db", "fairness: durable")+"---\n"+
 		classYAML("t", "old", "30s", "purpose: efficiency", "enforcement: advisory", "riskOwner: team-a", `waiverExpires: "2001-01-01"`))
 
-	rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Prometheus: "http://prometheus:9090",
+	rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.Dir, "classes"), Prometheus: "http://prometheus:9090",
 		Source: &fakeSource{t: t, sessions: map[string]float64{"t": 3}, waits: map[Key]float64{{"t", "queue"}: 1}}})
 	require.NoError(t, err)
 	require.Equal(t, []string{
@@ -85,7 +49,7 @@ func TestCompareWorkTreeWithRuleViolations(t *testing.T) {
 		"~ t/std ttl 15s → 30s",
 	}, summary(rep))
 	require.Equal(t, "main", rep.Base.Ref, "origin/main does not exist: main is next")
-	require.Equal(t, r.git("rev-parse", "main"), rep.Base.Commit)
+	require.Equal(t, r.Git("rev-parse", "main"), rep.Base.Commit)
 	require.Contains(t, rep.Notes, "origin/main not found: compared with main instead (pass --base to choose)")
 	require.Equal(t, 2.0, rep.Changes[1].After.DurableWritesPerSecond)
 	require.InDelta(t, 0.6, rep.Changes[2].Before.KeepalivesPerSecond, 1e-9)
@@ -95,19 +59,19 @@ func TestCompareWorkTreeWithRuleViolations(t *testing.T) {
 
 func TestCompareBase(t *testing.T) {
 	t.Run("an explicit base that does not exist is an error", func(t *testing.T) {
-		r := newRepo(t)
-		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
-		r.commit("classes")
-		_, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "origin/nope", Source: &fakeSource{t: t}})
+		r := gittest.New(t)
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		r.Commit("classes")
+		_, err := Compare(t.Context(), Options{Dir: filepath.Join(r.Dir, "classes"), Base: "origin/nope", Source: &fakeSource{t: t}})
 		require.ErrorContains(t, err, "--base origin/nope is not a commit")
 		require.ErrorContains(t, err, "git fetch")
 	})
 	t.Run("a class directory new since the base: every class is added", func(t *testing.T) {
-		r := newRepo(t)
-		r.write("README.md", "hello\n")
-		r.commit("readme")
-		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
-		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "HEAD",
+		r := gittest.New(t)
+		r.Write("README.md", "hello\n")
+		r.Commit("readme")
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.Dir, "classes"), Base: "HEAD",
 			Source: &fakeSource{t: t, sessions: map[string]float64{}}})
 		require.NoError(t, err)
 		require.Equal(t, []string{"+ t/std added (ttl 15s)"}, summary(rep))
@@ -117,28 +81,28 @@ func TestCompareBase(t *testing.T) {
 		}, rep.Notes)
 	})
 	t.Run("origin/main is preferred", func(t *testing.T) {
-		r := newRepo(t)
-		r.write("classes/t/c.yaml", classYAML("t", "std", "15s"))
-		r.commit("classes")
-		r.git("update-ref", "refs/remotes/origin/main", "HEAD")
-		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Source: &fakeSource{t: t, sessions: map[string]float64{}}})
+		r := gittest.New(t)
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "15s"))
+		r.Commit("classes")
+		r.Git("update-ref", "refs/remotes/origin/main", "HEAD")
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.Dir, "classes"), Source: &fakeSource{t: t, sessions: map[string]float64{}}})
 		require.NoError(t, err)
 		require.Equal(t, DefaultBase, rep.Base.Ref)
 		require.Empty(t, rep.Notes)
 		require.Empty(t, rep.Changes)
 	})
 	t.Run("the merge base: changes on main since the fork are not shown", func(t *testing.T) {
-		r := newRepo(t)
-		r.write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "15s"))
-		r.commit("classes")
-		fork := r.git("rev-parse", "HEAD")
-		r.git("checkout", "-q", "-b", "feature")
-		r.git("checkout", "-q", "main")
-		r.write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "20s"))
-		r.commit("other on main")
-		r.git("checkout", "-q", "feature")
-		r.write("classes/t/c.yaml", classYAML("t", "std", "30s")+"---\n"+classYAML("t", "other", "15s"))
-		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.dir, "classes"), Base: "main",
+		r := gittest.New(t)
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "15s"))
+		r.Commit("classes")
+		fork := r.Git("rev-parse", "HEAD")
+		r.Git("checkout", "-q", "-b", "feature")
+		r.Git("checkout", "-q", "main")
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "15s")+"---\n"+classYAML("t", "other", "20s"))
+		r.Commit("other on main")
+		r.Git("checkout", "-q", "feature")
+		r.Write("classes/t/c.yaml", classYAML("t", "std", "30s")+"---\n"+classYAML("t", "other", "15s"))
+		rep, err := Compare(t.Context(), Options{Dir: filepath.Join(r.Dir, "classes"), Base: "main",
 			Source: &fakeSource{t: t, sessions: map[string]float64{"t": 1}}})
 		require.NoError(t, err)
 		require.Equal(t, fork, rep.Base.Commit)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/gittest"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/cost"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -120,41 +121,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	}
 }
 
-// gitRepo is a git work tree for tests.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	r := &gitRepo{t: t, dir: t.TempDir()}
-	r.git("init", "-q", "-b", "main")
-	return r
-}
-
-func (r *gitRepo) git(args ...string) {
-	r.t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", r.dir, "-c", "user.name=test", "-c", "user.email=test@example.com",
-		"-c", "commit.gpgsign=false"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
-	out, err := cmd.CombinedOutput()
-	require.NoError(r.t, err, "git %v: %s", args, out)
-}
-
-func (r *gitRepo) write(path, body string) {
-	r.t.Helper()
-	p := filepath.Join(r.dir, path)
-	require.NoError(r.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(r.t, os.WriteFile(p, []byte(body), 0o644))
-}
-
-func (r *gitRepo) commit() {
-	r.t.Helper()
-	r.git("add", "-A")
-	r.git("commit", "-q", "-m", "classes")
-}
-
 func fencedClass(ns, name, ttl string) string {
 	return fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
@@ -171,13 +137,13 @@ spec:
 // classRepo commits t/std and ghost/x at 15s and changes both to 30s in
 // the work tree. It returns the class directory.
 func classRepo(t *testing.T) string {
-	r := newGitRepo(t)
-	r.write("classes/t/classes.yaml", fencedClass("t", "std", "15s"))
-	r.write("classes/ghost/classes.yaml", fencedClass("ghost", "x", "15s"))
-	r.commit()
-	r.write("classes/t/classes.yaml", fencedClass("t", "std", "30s"))
-	r.write("classes/ghost/classes.yaml", fencedClass("ghost", "x", "30s"))
-	return filepath.Join(r.dir, "classes")
+	r := gittest.New(t)
+	r.Write("classes/t/classes.yaml", fencedClass("t", "std", "15s"))
+	r.Write("classes/ghost/classes.yaml", fencedClass("ghost", "x", "15s"))
+	r.Commit("classes")
+	r.Write("classes/t/classes.yaml", fencedClass("t", "std", "30s"))
+	r.Write("classes/ghost/classes.yaml", fencedClass("ghost", "x", "30s"))
+	return filepath.Join(r.Dir, "classes")
 }
 
 // TestCostAndRegisterAgainstRealPrometheus runs a real lockd with real
@@ -315,12 +281,12 @@ func TestCostUsageErrors(t *testing.T) {
 }
 
 func TestCostUnreachablePrometheusWithoutChanges(t *testing.T) {
-	r := newGitRepo(t)
-	r.write("classes/t/classes.yaml", fencedClass("t", "std", "15s"))
-	r.commit()
+	r := gittest.New(t)
+	r.Write("classes/t/classes.yaml", fencedClass("t", "std", "15s"))
+	r.Commit("classes")
 	down := "http://" + lockdtest.FreeAddr(t)
 	var out, errOut bytes.Buffer
-	code := Main([]string{"cost", "--prometheus", down, "--dir", filepath.Join(r.dir, "classes")}, &out, &errOut)
+	code := Main([]string{"cost", "--prometheus", down, "--dir", filepath.Join(r.Dir, "classes")}, &out, &errOut)
 	require.Equal(t, ExitUsage, code, "a wrong URL shows before the first class change; stdout %q", out.String())
 	require.Contains(t, errOut.String(), "query Prometheus at "+down)
 }
