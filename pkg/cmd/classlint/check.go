@@ -25,7 +25,6 @@ type CheckOptions struct {
 
 func newCheckCmd(stdout io.Writer) *cobra.Command {
 	opts := CheckOptions{Output: "text", Now: time.Now, Out: stdout}
-	var now string
 	cmd := &cobra.Command{
 		Use:   "check [dir…]",
 		Short: "Check class directories (default ./classes) against every class rule",
@@ -47,13 +46,6 @@ docs/class-lint.md lists the rules.`,
 			if len(opts.Dirs) == 0 {
 				opts.Dirs = []string{"classes"}
 			}
-			if now != "" {
-				t, err := time.Parse(time.RFC3339, now)
-				if err != nil {
-					return fmt.Errorf("--now must be an RFC 3339 time, got %q", now)
-				}
-				opts.Now = func() time.Time { return t }
-			}
 			if code := checkRun(opts); code != ExitOK {
 				return exitError{code}
 			}
@@ -62,7 +54,7 @@ docs/class-lint.md lists the rules.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&opts.Output, "output", "o", opts.Output, "output format: text, json or markdown")
-	f.StringVar(&now, "now", "", "check as of this RFC 3339 time instead of the clock (for reproducible reports)")
+	f.Var(&nowFlag{now: &opts.Now}, "now", "check as of this RFC 3339 time instead of the clock (for reproducible reports)")
 	return cmd
 }
 

@@ -110,7 +110,7 @@ func TestCheckUsage(t *testing.T) {
 	}{
 		{"unknown output", []string{"check", "-o", "yaml", "testdata"}, "-o must be text, json or markdown"},
 		{"missing directory", []string{"check", "does-not-exist"}, "does-not-exist"},
-		{"bad now", []string{"check", "--now", "yesterday"}, "--now must be an RFC 3339 time"},
+		{"bad now", []string{"check", "--now", "yesterday"}, `"--now" flag: must be an RFC 3339 time`},
 		{"unknown flag", []string{"check", "--frobnicate"}, "unknown flag"},
 	}
 	for _, tt := range tests {

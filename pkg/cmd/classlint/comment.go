@@ -43,7 +43,6 @@ type CommentOptions struct {
 
 func newCommentCmd(stdout, stderr io.Writer) *cobra.Command {
 	opts := CommentOptions{Now: time.Now, Out: stdout, ErrOut: stderr}
-	var now string
 	cmd := &cobra.Command{
 		Use:   "comment --gitea-url URL --repo OWNER/NAME --pr N",
 		Short: "Post the review of a class directory on a Gitea pull request",
@@ -64,13 +63,6 @@ usage error or when Gitea cannot be reached.`,
       --repo platform/lock-classes --pr 42 --base origin/main`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if now != "" {
-				t, err := time.Parse(time.RFC3339, now)
-				if err != nil {
-					return fmt.Errorf("--now must be an RFC 3339 time, got %q", now)
-				}
-				opts.Now = func() time.Time { return t }
-			}
 			opts.Token = os.Getenv(tokenEnv)
 			opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 			if code := commentRun(cmd.Context(), opts); code != ExitOK {
@@ -86,7 +78,7 @@ usage error or when Gitea cannot be reached.`,
 	f.StringVar(&opts.Dir, "dir", "classes", "class directory to review")
 	f.StringVar(&opts.Base, "base", "", "git ref the cost report compares the classes with, such as origin/main")
 	f.StringVar(&opts.PrometheusURL, "prometheus", "", "Prometheus URL to price the renewal cost of TTL changes (default: no cost report)")
-	f.StringVar(&now, "now", "", "review as of this RFC 3339 time instead of the clock (for reproducible reports)")
+	f.Var(&nowFlag{now: &opts.Now}, "now", "review as of this RFC 3339 time instead of the clock (for reproducible reports)")
 	f.StringVar(&opts.TargetURL, "target-url", "", "link for the commit status, such as the CI job (default: the review comment)")
 	return cmd
 }

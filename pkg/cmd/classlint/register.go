@@ -31,7 +31,6 @@ type RegisterOptions struct {
 
 func newRegisterCmd(stdout io.Writer) *cobra.Command {
 	opts := RegisterOptions{Dir: "classes", Output: "table", Now: time.Now, Out: stdout}
-	var now string
 	cmd := &cobra.Command{
 		Use:   "register [dir] [--prometheus URL] [-o table|markdown|csv|json]",
 		Short: "List the advisory risk register: advisory classes, risk owners and waivers",
@@ -54,20 +53,13 @@ Exit status: 0 listed, 2 usage error or Prometheus unreachable.`,
 			if len(args) == 1 {
 				opts.Dir = args[0]
 			}
-			if now != "" {
-				t, err := time.Parse(time.RFC3339, now)
-				if err != nil {
-					return fmt.Errorf("--now must be an RFC 3339 time such as 2026-03-01T12:00:00Z, got %q", now)
-				}
-				opts.Now = func() time.Time { return t }
-			}
 			opts.ErrOut = cmd.ErrOrStderr()
 			return registerRun(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Prometheus, "prometheus", "", "URL of the Prometheus server that scrapes lockd, to add grants in the last 24h")
-	f.StringVar(&now, "now", "", "count days from this RFC 3339 time instead of the clock (for reproducible reports)")
+	f.Var(&nowFlag{now: &opts.Now}, "now", "count days from this RFC 3339 time instead of the clock (for reproducible reports)")
 	f.StringVarP(&opts.Output, "output", "o", opts.Output, "output format: table, markdown, csv or json")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "markdown", "csv", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

@@ -61,7 +61,7 @@ func TestRegisterUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"bad output", []string{"register", registerClasses, "-o", "yaml"}, "-o must be table, markdown, csv or json"},
-		{"bad --now", []string{"register", registerClasses, "--now", "2026-03-01"}, "--now must be an RFC 3339 time"},
+		{"bad --now", []string{"register", registerClasses, "--now", "2026-03-01"}, `"--now" flag: must be an RFC 3339 time`},
 		{"no such directory", []string{"register", "testdata/does-not-exist"}, "does-not-exist"},
 		{"Prometheus unreachable", []string{"register", registerClasses, "--prometheus", down}, "query Prometheus at " + down},
 		{"too many args", []string{"register", "a", "b"}, "accepts at most 1 arg"},

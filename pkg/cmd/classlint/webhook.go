@@ -48,7 +48,6 @@ type WebhookOptions struct {
 
 func newWebhookCmd(stderr io.Writer) *cobra.Command {
 	opts := WebhookOptions{Listen: ":8443", Now: time.Now, ErrOut: stderr}
-	var now string
 	cmd := &cobra.Command{
 		Use:   "webhook --tls-cert FILE --tls-key FILE",
 		Short: "Serve the class rules as a Kubernetes validating admission webhook",
@@ -72,13 +71,6 @@ or the address cannot be listened on.`,
 		Example: `  class-lint webhook --listen :8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if now != "" {
-				t, err := time.Parse(time.RFC3339, now)
-				if err != nil {
-					return fmt.Errorf("--now must be an RFC 3339 time, got %q", now)
-				}
-				opts.Now = func() time.Time { return t }
-			}
 			if opts.CertFile == "" || opts.KeyFile == "" {
 				return errors.New("--tls-cert and --tls-key are required: the API server calls webhooks over HTTPS only")
 			}
@@ -94,7 +86,7 @@ or the address cannot be listened on.`,
 	f.StringVar(&opts.Listen, "listen", opts.Listen, "address to serve HTTPS on")
 	f.StringVar(&opts.CertFile, "tls-cert", "", "PEM serving certificate (chain), read again when it changes (required)")
 	f.StringVar(&opts.KeyFile, "tls-key", "", "PEM private key of the serving certificate (required)")
-	f.StringVar(&now, "now", "", "validate as of this RFC 3339 time instead of the clock (for tests)")
+	f.Var(&nowFlag{now: &opts.Now}, "now", "validate as of this RFC 3339 time instead of the clock (for tests)")
 	_ = f.MarkHidden("now")
 	return cmd
 }
