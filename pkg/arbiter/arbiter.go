@@ -69,8 +69,24 @@ type Config struct {
 	// PollInterval is how often a queued waiter re-tries without a watch
 	// event (default 1s, with jitter).
 	PollInterval time.Duration
-	// EpochRefresh is how often the epoch record is re-read (default 2s).
+	// EpochRefresh is how often the epoch record is re-read (default 1s).
 	EpochRefresh time.Duration
+	// MaxEpochAge bounds the age of the epoch read a keepalive answer is
+	// credited with (default 3s): a keepalive lockd cannot vouch for with a
+	// recent enough read goes unanswered. An advance's grace is sized from it.
+	MaxEpochAge time.Duration
+	// StateFile, when set, is where the arbiter remembers the highest epoch
+	// it has served (with its cluster ID and revision): a store behind it is
+	// sealed at start. lockd keeps it in its data dir.
+	StateFile string
+	// Bootstrap says when the arbiter may create the epoch record itself;
+	// by default it never does, and a store without one is sealed.
+	Bootstrap Bootstrap
+	// MaxSessionsPerIdentity and MaxWaitersPerIdentity bound what one
+	// identity may have open on this arbiter (defaults
+	// DefaultMaxSessionsPerIdentity and DefaultMaxWaitersPerIdentity).
+	MaxSessionsPerIdentity int
+	MaxWaitersPerIdentity  int
 	// Metrics receives counts; nil uses a private registry.
 	Metrics *Metrics
 	// ValidateRate and ValidateBurst limit ValidateToken calls per identity
@@ -78,6 +94,12 @@ type Config struct {
 	ValidateRate  float64
 	ValidateBurst int
 }
+
+// Default per-identity quotas on one arbiter.
+const (
+	DefaultMaxSessionsPerIdentity = 1000
+	DefaultMaxWaitersPerIdentity  = 1000
+)
 
 // Policy is one consistent snapshot of classes and the grants compiled from
 // them.
@@ -93,30 +115,54 @@ func NewPolicy(set *class.Set) *Policy {
 
 // Arbiter serves grants. It is safe for concurrent use.
 type Arbiter struct {
-	cli       *clientv3.Client
-	leases    pb.LeaseClient
-	operators map[string]bool
-	admin     adminKV // the admin operations' limited view of etcd
-	oidcOps   bool
-	log       *slog.Logger
-	now       func() time.Time
-	timeout   time.Duration
-	poll      time.Duration
-	refresh   time.Duration
-	metrics   *Metrics
+	cli         *clientv3.Client
+	leases      pb.LeaseClient
+	operators   map[string]bool
+	admin       adminKV // the admin operations' limited view of etcd
+	oidcOps     bool
+	log         *slog.Logger
+	now         func() time.Time
+	timeout     time.Duration
+	poll        time.Duration
+	refresh     time.Duration
+	maxEpochAge time.Duration
+	metrics     *Metrics
+	bootstrap   Bootstrap
 
 	policy atomic.Pointer[Policy]
 	epoch  atomic.Pointer[epochState]
+	// epochMu serialises epoch state changes and the state file;
+	// reloadMu serialises refresh reads (their revisions are compared);
+	// confirmMu lets one keepalive re-read a stale epoch for all.
+	epochMu, reloadMu, confirmMu sync.Mutex
+	stateFile                    string
+	floor                        watermark // the state file at start
+	mark                         watermark // the state file now (epochMu)
+	markWritten                  time.Time
+	lastRead                     struct {
+		epoch uint32
+		rev   int64
+	}
+	maxTTLSeen atomic.Int64 // seconds
 
-	qmu    sync.Mutex
-	queues map[string]*queue
+	qmu     sync.Mutex
+	queues  map[string]*queue
+	waiters map[string]int // identity -> waiters queued here (qmu)
 
-	sessions sync.Map // int64 -> *sessionInfo
+	sessions   sync.Map // int64 -> *sessionInfo
+	smu        sync.Mutex
+	sessionsBy map[string]int // identity -> sessions opened here and live (smu)
+	maxSess    int
+	maxWaiters int
+
+	removed removedHolds // force-released holds, for keepalive answers
 
 	validate validateLimits
 
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	bg     context.Context // ends at Close
+	stop   context.CancelFunc
+	closed chan struct{}
+	wg     sync.WaitGroup
 }
 
 // New returns an arbiter serving policy. Call Start before serving.
@@ -124,21 +170,54 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	if cfg.Client == nil || cfg.Leases == nil {
 		return nil, fmt.Errorf("%w: arbiter needs an etcd client and lease client", ErrInvalid)
 	}
-	a := &Arbiter{
-		cli:       cfg.Client,
-		leases:    cfg.Leases,
-		operators: map[string]bool{},
-		admin:     adminKV{kv: cfg.Client},
-		oidcOps:   cfg.OIDCOperators,
-		log:       cfg.Logger,
-		now:       cfg.Now,
-		timeout:   cfg.RequestTimeout,
-		poll:      cfg.PollInterval,
-		refresh:   cfg.EpochRefresh,
-		metrics:   cfg.Metrics,
-		validate:  validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
-		queues:    map[string]*queue{},
+	if policy == nil || policy.Classes == nil || policy.Authz == nil {
+		return nil, fmt.Errorf("%w: arbiter needs a policy (NewPolicy)", ErrInvalid)
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RequestTimeout", cfg.RequestTimeout}, {"PollInterval", cfg.PollInterval}, {"EpochRefresh", cfg.EpochRefresh}, {"MaxEpochAge", cfg.MaxEpochAge}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%w: %s: must not be negative", ErrInvalid, d.name)
+		}
+	}
+	if cfg.MaxSessionsPerIdentity < 0 || cfg.MaxWaitersPerIdentity < 0 {
+		return nil, fmt.Errorf("%w: MaxSessionsPerIdentity, MaxWaitersPerIdentity: must not be negative", ErrInvalid)
+	}
+	floor, err := loadWatermark(cfg.StateFile)
+	if err != nil {
+		return nil, err
+	}
+	a := &Arbiter{
+		cli:         cfg.Client,
+		leases:      cfg.Leases,
+		operators:   map[string]bool{},
+		admin:       adminKV{kv: cfg.Client},
+		oidcOps:     cfg.OIDCOperators,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		timeout:     cmp.Or(cfg.RequestTimeout, 5*time.Second),
+		poll:        cmp.Or(cfg.PollInterval, time.Second),
+		refresh:     cmp.Or(cfg.EpochRefresh, time.Second),
+		maxEpochAge: cmp.Or(cfg.MaxEpochAge, 3*time.Second),
+		metrics:     cfg.Metrics,
+		bootstrap:   cfg.Bootstrap,
+		stateFile:   cfg.StateFile,
+		floor:       floor,
+		mark:        floor,
+		validate:    validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
+		queues:      map[string]*queue{},
+		waiters:     map[string]int{},
+		sessionsBy:  map[string]int{},
+		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
+		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
+		closed:      make(chan struct{}),
+	}
+	if a.refresh >= a.maxEpochAge {
+		return nil, fmt.Errorf("%w: EpochRefresh %s must be shorter than MaxEpochAge %s", ErrInvalid, a.refresh, a.maxEpochAge)
+	}
+	a.maxTTLSeen.Store(floor.MaxSessionTTL)
+	a.bg, a.stop = context.WithCancel(context.Background())
 	for _, op := range cfg.Operators {
 		a.operators[op] = true
 	}
@@ -147,15 +226,6 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	}
 	if a.now == nil {
 		a.now = time.Now
-	}
-	if a.timeout == 0 {
-		a.timeout = 5 * time.Second
-	}
-	if a.poll == 0 {
-		a.poll = time.Second
-	}
-	if a.refresh == 0 {
-		a.refresh = 2 * time.Second
 	}
 	if a.metrics == nil {
 		a.metrics = NewMetrics(nil)
@@ -179,27 +249,38 @@ func (a *Arbiter) IsOperator(id string) bool {
 // Metrics returns the arbiter's metrics.
 func (a *Arbiter) Metrics() *Metrics { return a.metrics }
 
-// Start loads (or creates) the epoch record and starts background work: the
-// epoch refresher and the session watcher. It fails if etcd cannot be
-// reached within ctx.
+// Start loads the epoch record (creating it only where Config.Bootstrap
+// allows) and starts background work: the epoch refresher, the session
+// and force-release watchers and the gauges. A store without an epoch
+// record, or behind the state file, leaves the arbiter sealed, not
+// failed. Start fails if etcd cannot be reached within ctx.
 func (a *Arbiter) Start(ctx context.Context) error {
 	if err := a.initEpoch(ctx); err != nil {
 		return err
 	}
-	bg, cancel := context.WithCancel(context.Background())
-	a.stop = cancel
-	a.wg.Add(3)
-	go func() { defer a.wg.Done(); a.refreshEpochLoop(bg) }()
-	go func() { defer a.wg.Done(); a.watchSessions(bg) }()
-	go func() { defer a.wg.Done(); a.collectLoop(bg, 15*time.Second) }()
+	a.wg.Add(4)
+	go func() { defer a.wg.Done(); a.refreshEpochLoop(a.bg) }()
+	go func() { defer a.wg.Done(); a.watchSessions(a.bg) }()
+	go func() { defer a.wg.Done(); a.watchForced(a.bg) }()
+	go func() { defer a.wg.Done(); a.collectLoop(a.bg, 15*time.Second) }()
 	return nil
 }
 
-// Close stops background work. Waiters still queued get ErrUnavailable.
+// Close stops background work. Waiters still queued get ErrUnavailable and
+// every queue watch ends.
 func (a *Arbiter) Close() {
-	if a.stop != nil {
-		a.stop()
+	select {
+	case <-a.closed:
+		return
+	default:
 	}
+	close(a.closed)
+	a.stop()
+	a.qmu.Lock()
+	for _, q := range a.queues {
+		q.cancelWatch()
+	}
+	a.qmu.Unlock()
 	a.wg.Wait()
 }
 
@@ -207,18 +288,24 @@ func (a *Arbiter) Close() {
 // timeout, or a little less than the caller's deadline so the caller hears
 // Unavailable before its own deadline passes.
 func (a *Arbiter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.callTimeout(ctx))
+}
+
+// txnCtx is callCtx for a grant transaction: bounded the same way, but not
+// cancelled when the caller goes away, so the arbiter always learns whether
+// a grant it sent committed (and releases one whose caller has left).
+func (a *Arbiter) txnCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.callTimeout(ctx))
+}
+
+func (a *Arbiter) callTimeout(ctx context.Context) time.Duration {
 	d := a.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
-		margin := left / 20
-		if margin > 100*time.Millisecond {
-			margin = 100 * time.Millisecond
-		}
-		if left-margin < d {
-			d = left - margin
-		}
+		margin := min(left/20, 100*time.Millisecond)
+		d = min(d, left-margin)
 	}
-	return context.WithTimeout(ctx, d)
+	return d
 }
 
 // storeErr classifies an etcd error. The caller's own cancellation passes
@@ -239,9 +326,11 @@ func storeErr(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
+// isLeaseNotFound reports etcd's "requested lease not found", which comes
+// back as a gRPC status (a typed error once converted by clientv3).
 func isLeaseNotFound(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) ||
-		strings.Contains(err.Error(), rpctypes.ErrLeaseNotFound.Error())
+		rpctypes.Error(err) == rpctypes.ErrLeaseNotFound
 }
 
 func holdKey(key string) string { return holdPrefix + key }

@@ -22,13 +22,18 @@ type epochRecord struct {
 }
 
 // epochState is what the arbiter knows about the epoch. It is replaced
-// whole, never mutated.
+// whole, never mutated, and never moves backwards: epoch only grows, and
+// once sealed only a read showing a higher epoch bound to that response's
+// cluster ID unseals (nextEpoch).
 type epochState struct {
-	epoch     uint32
+	epoch     uint32 // the epoch served; while sealed, the highest known
 	clusterID uint64 // the cluster the epoch was minted for
 	modRev    int64  // ModRevision of /sys/epoch, compared by every grant
 	store     uint64 // cluster ID in the latest response header
 	sealed    bool
+	why       string    // why sealed, in words, with what to do
+	missing   bool      // the store has no epoch record
+	readAt    time.Time // send time of the latest read that confirmed it
 }
 
 // EpochStatus is the epoch as this arbiter sees it.
@@ -37,7 +42,14 @@ type EpochStatus struct {
 	RecordClusterID uint64
 	StoreClusterID  uint64
 	Sealed          bool
-	Revision        int64
+	// SealedReason says why, and what to do; empty when not sealed.
+	SealedReason string
+	// RecordMissing: the store has no epoch record.
+	RecordMissing bool
+	// Highest is the highest epoch this arbiter has seen (in memory and in
+	// its state file): an advance must go above it.
+	Highest  uint32
+	Revision int64
 }
 
 func encodeEpoch(e uint32, cluster uint64) string {
@@ -57,70 +69,226 @@ func decodeEpoch(kv *mvccpb.KeyValue) (uint32, uint64, error) {
 	return r.Epoch, id, nil
 }
 
-// initEpoch reads /sys/epoch, creating epoch 1 bound to the store's cluster
-// ID on first start.
+// observation is one read of the epoch record and the header it came with.
+type observation struct {
+	found   bool
+	epoch   uint32
+	cluster uint64 // the record's cluster ID
+	modRev  int64
+	store   uint64 // the response header's cluster ID
+	rev     int64  // the response header's revision
+	readAt  time.Time
+}
+
+func observe(kvs []*mvccpb.KeyValue, h *pb.ResponseHeader, readAt time.Time) (observation, error) {
+	if h == nil {
+		return observation{}, fmt.Errorf("%w: a store response without a header", ErrInternal)
+	}
+	o := observation{store: h.ClusterId, rev: h.Revision, readAt: readAt}
+	if len(kvs) == 0 {
+		return o, nil
+	}
+	e, id, err := decodeEpoch(kvs[0])
+	if err != nil {
+		return o, err
+	}
+	o.found, o.epoch, o.cluster, o.modRev = true, e, id, kvs[0].ModRevision
+	return o, nil
+}
+
+func hexID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// advanceHint is what to do about a seal, for messages.
+func advanceHint(from, highest uint32) string {
+	if from == 0 {
+		return fmt.Sprintf("two operators initialise it above every epoch issued before: "+
+			"lockctl epoch advance request --from 0 --to <N> (N > %d; docs/operating.md says where to find the last one)", highest)
+	}
+	to := max(from, highest) + 1
+	return fmt.Sprintf("two operators advance it: lockctl epoch advance request --from %d --to %d", from, to)
+}
+
+// nextEpoch is the state after observation o, given the previous state
+// (nil at start) and floor, the highest epoch served before (the state
+// file). It never moves the epoch backwards, and a sealed state stays
+// sealed until a higher epoch bound to the answering cluster is read.
+func nextEpoch(old *epochState, o observation, floor watermark) *epochState {
+	highest := floor.Epoch
+	if old != nil {
+		highest = max(highest, old.epoch)
+	}
+	readAt := o.readAt
+	if old != nil && old.readAt.After(readAt) {
+		readAt = old.readAt
+	}
+	sealed := func(why string) *epochState {
+		st := &epochState{epoch: highest, store: o.store, sealed: true, why: why, missing: !o.found, readAt: readAt}
+		if old != nil {
+			st.clusterID, st.modRev = old.clusterID, old.modRev
+		}
+		if o.found && o.epoch >= highest {
+			st.clusterID, st.modRev = o.cluster, o.modRev
+		}
+		return st
+	}
+	switch {
+	case !o.found:
+		return sealed("the store has no epoch record (a store rebuilt empty, or restored from before lockd first ran): " +
+			advanceHint(0, highest))
+	case o.epoch < highest:
+		return sealed(fmt.Sprintf("the store is behind: its epoch record says %d, but epoch %d has been served: %s",
+			o.epoch, highest, advanceHint(o.epoch, highest)))
+	case o.epoch == highest && old != nil && old.sealed:
+		// Sealed: only a higher epoch unseals.
+		st := *old
+		st.store, st.readAt = o.store, readAt
+		if o.store != old.store && o.store != o.cluster {
+			st.why = fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
+				hexID(o.store), hexID(o.cluster), advanceHint(o.epoch, highest))
+		}
+		return &st
+	case o.epoch == highest && old != nil && (o.cluster != old.clusterID || o.modRev != old.modRev):
+		return sealed(fmt.Sprintf("the epoch record was rewritten without advancing (epoch %d): %s",
+			o.epoch, advanceHint(o.epoch, highest)))
+	case o.epoch == highest && old == nil && floor.Epoch == o.epoch && floor.ClusterID != 0 && floor.ClusterID != o.cluster:
+		return sealed(fmt.Sprintf("the store's epoch %d record names cluster %s, but this lockd served epoch %d on cluster %s: %s",
+			o.epoch, hexID(o.cluster), o.epoch, hexID(floor.ClusterID), advanceHint(o.epoch, highest)))
+	case old == nil && o.epoch == floor.Epoch && o.rev < floor.Revision:
+		return sealed(fmt.Sprintf("the store is behind: its revision %d is below %d, which this lockd served in epoch %d "+
+			"(restored without a new cluster token?): %s", o.rev, floor.Revision, o.epoch, advanceHint(o.epoch, highest)))
+	case o.store != o.cluster:
+		return sealed(fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
+			hexID(o.store), hexID(o.cluster), advanceHint(o.epoch, highest)))
+	}
+	return &epochState{epoch: o.epoch, clusterID: o.cluster, modRev: o.modRev, store: o.store, readAt: readAt}
+}
+
+// Bootstrap says when the arbiter may create the epoch record itself.
+// Everywhere else a missing record seals the arbiter until two operators
+// initialise it at an epoch they state.
+type Bootstrap struct {
+	// FreshStore: the store is an embedded member that started on an empty
+	// data dir, so no token was ever issued from it. The arbiter creates
+	// epoch 1, or one above the state file's.
+	FreshStore bool
+	// ClusterID, when set, lets the arbiter create epoch 1 on the cluster
+	// with this ID only, and only if its state file records no epoch: a
+	// first deployment. A store rebuilt later has another cluster ID, so a
+	// setting left in place does nothing there.
+	ClusterID uint64
+}
+
+// initEpoch reads /sys/epoch and installs the state, creating the record
+// only where Bootstrap allows.
 func (a *Arbiter) initEpoch(ctx context.Context) error {
 	for range 3 {
+		start := time.Now()
 		cctx, cancel := a.callCtx(ctx)
 		resp, err := a.cli.Get(cctx, epochKey)
 		cancel()
 		if err != nil {
 			return storeErr(ctx, err)
 		}
-		if len(resp.Kvs) == 1 {
-			return a.applyEpoch(resp.Kvs[0], resp.Header)
+		o, err := observe(resp.Kvs, resp.Header, start)
+		if err != nil {
+			return err
+		}
+		first, ok := a.bootstrapEpoch(o)
+		if o.found || !ok {
+			a.epochMu.Lock()
+			st := nextEpoch(nil, o, a.floor)
+			a.installLocked(st)
+			if !st.sealed {
+				a.lastRead.epoch, a.lastRead.rev = st.epoch, o.rev
+				a.rememberLocked(st, o.rev)
+			}
+			a.epochMu.Unlock()
+			return nil
 		}
 		cctx, cancel = a.callCtx(ctx)
 		_, err = a.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)).
-			Then(clientv3.OpPut(epochKey, encodeEpoch(1, resp.Header.ClusterId))).
+			Then(clientv3.OpPut(epochKey, encodeEpoch(first, o.store))).
 			Commit()
 		cancel()
 		if err != nil {
 			return storeErr(ctx, err)
 		}
-		a.log.Info("epoch created", "epoch", 1, "cluster_id", fmt.Sprintf("%x", resp.Header.ClusterId))
+		a.log.Info("epoch created", "epoch", first, "cluster_id", hexID(o.store), "why", a.bootstrapWhy())
 	}
 	return fmt.Errorf("%w: could not create the epoch record", ErrInternal)
 }
 
-// applyEpoch installs the state read from the epoch key and a header.
-func (a *Arbiter) applyEpoch(kv *mvccpb.KeyValue, h *pb.ResponseHeader) error {
-	e, id, err := decodeEpoch(kv)
-	if err != nil {
-		return err
+// bootstrapEpoch is the epoch the arbiter may create on this store, if any.
+func (a *Arbiter) bootstrapEpoch(o observation) (uint32, bool) {
+	switch {
+	case a.bootstrap.FreshStore:
+		return a.floor.Epoch + 1, true
+	case a.bootstrap.ClusterID != 0 && a.bootstrap.ClusterID == o.store && a.floor.Epoch == 0:
+		return 1, true
+	case a.bootstrap.ClusterID != 0:
+		a.log.Warn("not creating the epoch record: the bootstrap cluster ID does not match the store's, or this lockd served an epoch before",
+			"bootstrap_cluster_id", hexID(a.bootstrap.ClusterID), "store_cluster_id", hexID(o.store), "highest_epoch", a.floor.Epoch)
 	}
-	st := &epochState{epoch: e, clusterID: id, modRev: kv.ModRevision, store: h.ClusterId, sealed: id != h.ClusterId}
+	return 0, false
+}
+
+func (a *Arbiter) bootstrapWhy() string {
+	if a.bootstrap.FreshStore {
+		return "embedded store on an empty data dir"
+	}
+	return "first deployment on the named cluster"
+}
+
+// apply installs the state after observation o and returns it.
+func (a *Arbiter) apply(o observation) *epochState {
+	a.epochMu.Lock()
+	defer a.epochMu.Unlock()
+	st := nextEpoch(a.epoch.Load(), o, a.floor)
+	a.installLocked(st)
+	return st
+}
+
+func (a *Arbiter) installLocked(st *epochState) {
 	old := a.epoch.Swap(st)
-	a.metrics.setSealed(st.sealed, e)
-	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch {
-		a.log.Info("epoch state", "epoch", e, "record_cluster_id", fmt.Sprintf("%x", id),
-			"store_cluster_id", fmt.Sprintf("%x", h.ClusterId), "sealed", st.sealed)
+	a.metrics.setSealed(st.sealed, st.epoch)
+	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.why != st.why {
+		if st.sealed {
+			a.log.Error("sealed: grants and renewals are refused until the epoch advances", "epoch", st.epoch,
+				"record_cluster_id", hexID(st.clusterID), "store_cluster_id", hexID(st.store), "why", st.why)
+		} else {
+			a.log.Info("epoch state", "epoch", st.epoch, "cluster_id", hexID(st.clusterID), "sealed", false)
+		}
 	}
-	return nil
 }
 
 // checkHeader compares a response's cluster ID with the epoch record's. On a
-// mismatch the arbiter seals; the caller must not hand out anything from
-// that response.
+// mismatch the arbiter seals, for good; the caller must not hand out
+// anything from that response. A response without a header fails closed.
 func (a *Arbiter) checkHeader(h *pb.ResponseHeader) (*epochState, error) {
 	st := a.epoch.Load()
-	if h == nil || h.ClusterId == st.clusterID {
-		if st.sealed {
-			return st, ErrSealed
-		}
-		return st, nil
+	if h == nil {
+		return st, fmt.Errorf("%w: a store response without a header", ErrInternal)
 	}
-	if !st.sealed || st.store != h.ClusterId {
-		sealed := *st
+	if h.ClusterId != st.clusterID && !(st.sealed && st.store == h.ClusterId) {
+		a.epochMu.Lock()
+		cur := a.epoch.Load()
+		sealed := *cur
 		sealed.sealed, sealed.store = true, h.ClusterId
-		a.epoch.Store(&sealed)
-		a.metrics.setSealed(true, st.epoch)
-		a.log.Error("store cluster ID differs from the epoch record: sealed until the epoch advances",
-			"epoch", st.epoch, "record_cluster_id", fmt.Sprintf("%x", st.clusterID),
-			"store_cluster_id", fmt.Sprintf("%x", h.ClusterId))
+		sealed.why = fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
+			hexID(h.ClusterId), hexID(cur.clusterID), advanceHint(cur.epoch, cur.epoch))
+		a.installLocked(&sealed)
+		a.epochMu.Unlock()
+		st = &sealed
 	}
-	return a.epoch.Load(), ErrSealed
+	if st.sealed {
+		return st, sealedErr(st)
+	}
+	return st, nil
+}
+
+func sealedErr(st *epochState) error {
+	return fmt.Errorf("%w: %s", ErrSealed, st.why)
 }
 
 func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
@@ -139,23 +307,69 @@ func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
 }
 
 // reloadEpoch re-reads the epoch record (another arbiter may have advanced
-// it, or the store may have been swapped under us). It returns the store's
-// revision.
+// it, or the store may have been swapped under us) and returns the store's
+// revision. Reads are sequential here, so a revision lower than the last
+// one read in the same epoch means the store went back in time under the
+// same cluster ID: the arbiter seals.
 func (a *Arbiter) reloadEpoch(ctx context.Context) (int64, error) {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	start := time.Now()
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Get(cctx, epochKey)
 	if err != nil {
 		return 0, storeErr(ctx, err)
 	}
-	if len(resp.Kvs) != 1 {
-		return 0, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	o, err := observe(resp.Kvs, resp.Header, start)
+	if err != nil {
+		return 0, err
 	}
-	return resp.Header.Revision, a.applyEpoch(resp.Kvs[0], resp.Header)
+	a.epochMu.Lock()
+	defer a.epochMu.Unlock()
+	st := nextEpoch(a.epoch.Load(), o, a.floor)
+	if !st.sealed && st.epoch == a.lastRead.epoch && resp.Header.Revision < a.lastRead.rev {
+		sealed := *st
+		sealed.sealed = true
+		sealed.why = fmt.Sprintf("the store's revision went back from %d to %d under the same cluster ID (restored without a new cluster token?): %s",
+			a.lastRead.rev, resp.Header.Revision, advanceHint(st.epoch, st.epoch))
+		st = &sealed
+	}
+	a.installLocked(st)
+	if !st.sealed {
+		a.lastRead.epoch, a.lastRead.rev = st.epoch, resp.Header.Revision
+		a.rememberLocked(st, resp.Header.Revision)
+	}
+	return resp.Header.Revision, nil
+}
+
+// confirmedEpoch returns the epoch state if it was read within maxEpochAge;
+// otherwise it reads the epoch again (one read for all callers at once).
+// Keepalive answers are credited only with a confirmed epoch: the epoch
+// advance's grace counts on it.
+func (a *Arbiter) confirmedEpoch(ctx context.Context) (*epochState, error) {
+	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
+		return st, nil
+	}
+	a.confirmMu.Lock()
+	defer a.confirmMu.Unlock()
+	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
+		return st, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.maxEpochAge)
+	defer cancel()
+	if _, err := a.reloadEpoch(cctx); err != nil {
+		return nil, err
+	}
+	st := a.epoch.Load()
+	if time.Since(st.readAt) > a.maxEpochAge {
+		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, a.maxEpochAge)
+	}
+	return st, nil
 }
 
 // Sealed reports whether the arbiter refuses grants because the store was
-// restored.
+// restored, rebuilt or is behind.
 func (a *Arbiter) Sealed() bool { return a.epoch.Load().sealed }
 
 // EpochStatus reads the epoch record and the store's cluster ID now.
@@ -170,13 +384,19 @@ func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
 func (a *Arbiter) epochStatus(rev int64) EpochStatus {
 	st := a.epoch.Load()
 	return EpochStatus{Epoch: st.epoch, RecordClusterID: st.clusterID, StoreClusterID: st.store,
-		Sealed: st.sealed, Revision: rev}
+		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: a.highestEpoch(), Revision: rev}
+}
+
+// highestEpoch is the highest epoch known to this arbiter.
+func (a *Arbiter) highestEpoch() uint32 {
+	return max(a.epoch.Load().epoch, a.floor.Epoch)
 }
 
 // EpochRequest is a pending request to advance the epoch.
 type EpochRequest struct {
 	ID        string    `json:"id"`
 	From      uint32    `json:"from"`
+	To        uint32    `json:"to"`
 	Requester string    `json:"requester"`
 	Reason    string    `json:"reason"`
 	ExpiresAt time.Time `json:"expiresAt"`
@@ -184,31 +404,57 @@ type EpochRequest struct {
 
 const epochRequestPrefix = "/sys/epoch-requests/"
 
-// RequestEpochAdvance records an operator's request to advance the epoch
-// from `from`. Another operator must approve it (ApproveEpochAdvance)
-// within ForceRequestTTL.
-func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from uint32, reason string) (EpochRequest, error) {
+// readEpochRecord reads /sys/epoch through the admin view: the epoch it
+// holds (0 when missing) and its mod revision.
+func (a *Arbiter) readEpochRecord(ctx context.Context) (uint32, int64, *pb.ResponseHeader, error) {
+	cur, err := a.admin.Get(ctx, epochKey)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if len(cur.Kvs) == 0 {
+		return 0, 0, cur.Header, nil
+	}
+	e, _, err := decodeEpoch(cur.Kvs[0])
+	return e, cur.Kvs[0].ModRevision, cur.Header, err
+}
+
+// RequestEpochAdvance records an operator's request to move the epoch from
+// `from` (0: the store has no record) to `to` (0: from+1). Another operator
+// must approve it (ApproveEpochAdvance) within ForceRequestTTL. The target
+// must be above every epoch this arbiter knows of.
+func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, to uint32, reason string) (EpochRequest, error) {
 	if !a.IsOperator(caller) {
 		return EpochRequest{}, ErrNotOperator
 	}
 	if strings.TrimSpace(reason) == "" {
 		return EpochRequest{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
+	if to == 0 {
+		if from == 0 {
+			return EpochRequest{}, fmt.Errorf("%w: to_epoch: required when the store has no epoch record (from 0): "+
+				"state an epoch above every epoch issued before (at least %d)", ErrInvalid, a.highestEpoch()+1)
+		}
+		to = from + 1
+	}
+	if to <= from {
+		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above from_epoch %d", ErrInvalid, to, from)
+	}
+	if h := a.highestEpoch(); to <= h {
+		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above %d, the highest epoch this lockd has seen", ErrInvalid, to, h)
+	}
+	if to > token.MaxEpoch {
+		return EpochRequest{}, fmt.Errorf("%w: epoch %d is past the last one (%d)", ErrEpochExhausted, to, token.MaxEpoch)
+	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, err := a.admin.Get(cctx, epochKey)
+	cur, _, _, err := a.readEpochRecord(cctx)
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
-	if len(cur.Kvs) != 1 {
-		return EpochRequest{}, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	if cur != from {
+		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur, from)
 	}
-	if e, _, err := decodeEpoch(cur.Kvs[0]); err != nil {
-		return EpochRequest{}, err
-	} else if e != from {
-		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, from)
-	}
-	req := EpochRequest{ID: newForceID(), From: from, Requester: caller, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
+	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: caller, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
 	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
@@ -218,110 +464,163 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from u
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
-	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "requester", caller, "reason", reason)
+	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", caller, "reason", reason)
 	return req, nil
 }
 
+// EpochAdvance is the outcome of an approved advance.
+type EpochAdvance struct {
+	Request EpochRequest
+	// Status is the epoch afterwards, as this arbiter reads it.
+	Status EpochStatus
+	// HoldsDeleted counts the holds the advance deleted.
+	HoldsDeleted int64
+	// Grace is how long grants wait after the advance.
+	Grace time.Duration
+}
+
 // ApproveEpochAdvance runs a requested epoch advance; the approver must be
-// an operator other than the requester. It moves the epoch from the
-// request's epoch to the next, bound to the store's current cluster ID, and
-// deletes every hold and queue key and the request, in one transaction.
-// Every token granted afterwards is greater than every token granted
-// before, whatever revision the store restarted from.
-func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (EpochRequest, EpochStatus, int64, error) {
+// an operator other than the requester. In one transaction it moves the
+// epoch to the request's target, bound to the store's current cluster ID,
+// and deletes every hold and queue key and the request. Every token granted
+// afterwards is greater than every token granted before, whatever revision
+// the store restarted from.
+func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (EpochAdvance, error) {
 	if !a.IsOperator(caller) {
-		return EpochRequest{}, EpochStatus{}, 0, ErrNotOperator
+		return EpochAdvance{}, ErrNotOperator
 	}
 	if id == "" || strings.ContainsAny(id, "/\x00") {
-		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
+		return EpochAdvance{}, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	got, err := a.admin.Get(cctx, epochRequestPrefix+id)
 	if err != nil {
-		return EpochRequest{}, EpochStatus{}, 0, storeErr(ctx, err)
+		return EpochAdvance{}, storeErr(ctx, err)
 	}
 	if len(got.Kvs) == 0 {
-		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: %s", ErrEpochRequestNotFound, id)
+		return EpochAdvance{}, fmt.Errorf("%w: %s", ErrEpochRequestNotFound, id)
 	}
 	var req EpochRequest
 	if err := json.Unmarshal(got.Kvs[0].Value, &req); err != nil {
-		return EpochRequest{}, EpochStatus{}, 0, fmt.Errorf("%w: epoch request %s: %v", ErrInternal, id, err)
+		return EpochAdvance{}, fmt.Errorf("%w: epoch request %s: %v", ErrInternal, id, err)
+	}
+	if req.To == 0 { // a request recorded before targets were stated
+		req.To = req.From + 1
 	}
 	if req.Requester == caller {
 		a.metrics.epochAdvances.WithLabelValues("refused").Inc()
 		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", caller)
-		return req, EpochStatus{}, 0, ErrSamePerson
+		return EpochAdvance{Request: req}, ErrSamePerson
 	}
-	st, deleted, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
+	adv, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
 	if err == nil {
 		a.metrics.epochAdvances.WithLabelValues("approved").Inc()
 	}
-	return req, st, deleted, err
+	return adv, err
 }
 
-func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequest, reqRev int64) (EpochStatus, int64, error) {
-	from, reason := req.From, req.Reason
+func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequest, reqRev int64) (EpochAdvance, error) {
+	adv := EpochAdvance{Request: req}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, err := a.admin.Get(cctx, epochKey)
+	e, modRev, hdr, err := a.readEpochRecord(cctx)
 	if err != nil {
-		return EpochStatus{}, 0, storeErr(ctx, err)
+		return adv, storeErr(ctx, err)
 	}
-	if len(cur.Kvs) != 1 {
-		return EpochStatus{}, 0, fmt.Errorf("%w: epoch record missing", ErrInternal)
+	if e != req.From {
+		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, req.From)
 	}
-	e, _, err := decodeEpoch(cur.Kvs[0])
-	if err != nil {
-		return EpochStatus{}, 0, err
+	if h := a.highestEpoch(); req.To <= h {
+		return adv, fmt.Errorf("%w: the request moves to epoch %d, not above %d, the highest this lockd has seen; request again", ErrEpochMoved, req.To, h)
 	}
-	if e != from {
-		return EpochStatus{}, 0, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, from)
-	}
-	if e >= token.MaxEpoch {
-		return EpochStatus{}, 0, fmt.Errorf("%w: epoch %d is the last one", ErrEpochExhausted, e)
-	}
-	newID := cur.Header.ClusterId
+	newID := hdr.ClusterId
 	// A holder of the old epoch learns that its hold is gone from its next
-	// keepalive answer (it carries the epoch), or is fenced by its own
-	// deadline when no answer comes: either way within its class TTL. The
-	// grace key, on a lease of the longest class TTL, holds every grant off
-	// until then, so no new holder overlaps an old one that still believes
-	// it holds.
-	grace := a.policy.Load().Classes.MaxTTL() + time.Second
-	lease, err := a.cli.Grant(cctx, int64((grace+time.Second-1)/time.Second))
+	// keepalive answer (it carries the epoch, never one read longer than
+	// maxEpochAge ago), or is fenced by its own deadline when no answer
+	// comes. Either way its last credited keepalive was answered before the
+	// advance plus maxEpochAge, so it stops by then plus its TTL. The grace
+	// key holds every grant off until then, measured from before the
+	// advance's transaction (so the request timeout is added), for the
+	// longest TTL of any session that may be live.
+	longest, err := a.longestSessionTTL(cctx)
 	if err != nil {
-		return EpochStatus{}, 0, storeErr(ctx, err)
+		return adv, storeErr(ctx, err)
+	}
+	adv.Grace = a.maxEpochAge + a.timeout + longest + time.Second
+	lease, err := a.cli.Grant(cctx, int64((adv.Grace+time.Second-1)/time.Second))
+	if err != nil {
+		return adv, storeErr(ctx, err)
+	}
+	recordCmp := clientv3.Compare(clientv3.ModRevision(epochKey), "=", modRev)
+	if req.From == 0 {
+		recordCmp = clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)
 	}
 	resp, err := a.admin.Txn(cctx).
-		If(
-			clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.Kvs[0].ModRevision),
-			clientv3.Compare(clientv3.ModRevision(epochRequestPrefix+req.ID), "=", reqRev),
-		).
+		If(recordCmp, clientv3.Compare(clientv3.ModRevision(epochRequestPrefix+req.ID), "=", reqRev)).
 		Then(
-			clientv3.OpPut(epochKey, encodeEpoch(e+1, newID)),
+			clientv3.OpPut(epochKey, encodeEpoch(req.To, newID)),
 			clientv3.OpDelete(holdPrefix, clientv3.WithPrefix()),
 			clientv3.OpDelete(queuePrefix, clientv3.WithPrefix()),
-			clientv3.OpPut(graceKey, reason, clientv3.WithLease(lease.ID)),
+			clientv3.OpPut(graceKey, req.Reason, clientv3.WithLease(lease.ID)),
 			clientv3.OpDelete(epochRequestPrefix+req.ID),
 		).Commit()
 	if err != nil {
-		return EpochStatus{}, 0, storeErr(ctx, err)
+		return adv, storeErr(ctx, err)
 	}
 	if !resp.Succeeded {
-		return EpochStatus{}, 0, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
+		return adv, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
 	}
+	adv.HoldsDeleted = resp.Responses[1].GetResponseDeleteRange().Deleted
+	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
+		"cluster_id", hexID(newID), "holds_deleted", adv.HoldsDeleted, "reason", req.Reason, "grants_resume_in", adv.Grace)
 	if resp.Header.ClusterId != newID {
-		return EpochStatus{}, 0, fmt.Errorf("%w: the store's cluster ID changed during the advance", ErrEpochMoved)
+		// Committed, but on a store whose cluster ID is not the one the
+		// record names: every arbiter stays sealed. Say so, as a success:
+		// the transaction did commit.
+		a.log.Error("the epoch advanced on a store whose cluster ID changed during the advance: still sealed; advance again",
+			"record_cluster_id", hexID(newID), "store_cluster_id", hexID(resp.Header.ClusterId))
 	}
-	deleted := resp.Responses[1].GetResponseDeleteRange().Deleted
-	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", e, "to", e+1,
-		"cluster_id", fmt.Sprintf("%x", newID), "holds_deleted", deleted, "reason", reason, "grants_resume_in", grace)
-	rev, err := a.reloadEpoch(ctx)
-	if err != nil {
-		return EpochStatus{}, deleted, err
+	// The advance committed: report it even if reading the new state back
+	// fails; the refresh loop will pick it up.
+	adv.Status = a.epochStatus(resp.Header.Revision)
+	adv.Status.Epoch, adv.Status.RecordClusterID = req.To, newID
+	if rev, err := a.reloadEpoch(ctx); err == nil {
+		adv.Status = a.epochStatus(rev)
+	} else {
+		a.log.Warn("epoch advanced; reading it back failed (the refresh will)", "err", err)
 	}
-	return a.epochStatus(rev), deleted, nil
+	return adv, nil
+}
+
+// longestSessionTTL is the longest TTL a live session may have: the
+// loaded classes' longest, every session record in the store, every
+// session this arbiter has seen, and the longest its state file recorded
+// (sessions of a store since lost).
+func (a *Arbiter) longestSessionTTL(ctx context.Context) (time.Duration, error) {
+	longest := max(a.policy.Load().Classes.MaxTTL(), time.Duration(a.floor.MaxSessionTTL)*time.Second, a.seenTTL())
+	key, end := sessionPrefix, clientv3.GetPrefixRangeEnd(sessionPrefix)
+	for {
+		resp, err := a.cli.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
+		if err != nil {
+			return 0, err
+		}
+		for _, kv := range resp.Kvs {
+			var r sessionRecord
+			if json.Unmarshal(kv.Value, &r) == nil {
+				longest = max(longest, time.Duration(r.TTL)*time.Second)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return longest, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// seenTTL is the longest TTL of a session this arbiter has seen.
+func (a *Arbiter) seenTTL() time.Duration {
+	return time.Duration(a.maxTTLSeen.Load()) * time.Second
 }
 
 // Ready reports whether the arbiter can grant: etcd answers and the store is
@@ -330,8 +629,8 @@ func (a *Arbiter) Ready(ctx context.Context) error {
 	if _, err := a.reloadEpoch(ctx); err != nil {
 		return err
 	}
-	if a.Sealed() {
-		return ErrSealed
+	if st := a.epoch.Load(); st.sealed {
+		return sealedErr(st)
 	}
 	return nil
 }

@@ -185,11 +185,14 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller, id string) (F
 		a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
 		return fr, "", ErrHoldChanged
 	}
+	// Tell the holder through its keepalive answers at once (every arbiter
+	// also learns it from the record).
+	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision}, time.Now())
 	if fr.RevokeSession {
 		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
 			return fr, recKey, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
 		}
-		a.sessions.Delete(fr.Session)
+		a.forgetSession(fr.Session)
 	}
 	a.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -50,7 +51,7 @@ func (a *Arbiter) Inspect(ctx context.Context, identity, key string) (info HoldI
 	if err != nil {
 		return HoldInfo{}, false, storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil && err != ErrSealed {
+	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return HoldInfo{}, false, err
 	}
 	info = HoldInfo{Key: key, Waiters: a.QueueLen(key)}
@@ -77,36 +78,57 @@ func (a *Arbiter) fillHold(info *HoldInfo, identity string, h holdRecord, modRev
 	}
 }
 
-// ListHolds lists holds under prefix (ending in "/"), at most limit.
+// ListHolds lists the holds under prefix (ending in "/") that identity may
+// see, at most limit. The caller must be an operator or be granted some of
+// the prefix (the one denial otherwise, before anything is read);
+// truncated counts only holds the caller may see.
 func (a *Arbiter) ListHolds(ctx context.Context, identity, prefix string, limit int) ([]HoldInfo, bool, error) {
 	if err := lockkey.ValidatePrefix(prefix); err != nil {
 		return nil, false, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
 	}
+	if !a.IsOperator(identity) && !a.policy.Load().Authz.AllowPrefix(identity, prefix) {
+		return nil, false, authz.ErrDenied
+	}
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
 	}
-	cctx, cancel := a.callCtx(ctx)
-	defer cancel()
-	resp, err := a.cli.Get(cctx, holdKey(prefix), clientv3.WithPrefix(), clientv3.WithLimit(int64(limit)+1))
-	if err != nil {
-		return nil, false, storeErr(ctx, err)
-	}
 	var out []HoldInfo
-	for _, kv := range resp.Kvs {
-		key := strings.TrimPrefix(string(kv.Key), holdPrefix)
-		if !a.mayRead(identity, key) {
-			continue
+	key, end, rev := holdKey(prefix), clientv3.GetPrefixRangeEnd(holdKey(prefix)), int64(0)
+	for len(out) <= limit {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit) + 1)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev)) // every page at one revision
 		}
-		h, err := decodeHold(kv)
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Get(cctx, key, opts...)
+		cancel()
 		if err != nil {
+			return nil, false, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 			return nil, false, err
 		}
-		info := HoldInfo{Key: key, Waiters: a.QueueLen(key)}
-		a.fillHold(&info, identity, h, kv.ModRevision)
-		out = append(out, info)
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			k := strings.TrimPrefix(string(kv.Key), holdPrefix)
+			if !a.mayRead(identity, k) {
+				continue
+			}
+			h, err := decodeHold(kv)
+			if err != nil {
+				return nil, false, err
+			}
+			info := HoldInfo{Key: k, Waiters: a.QueueLen(k)}
+			a.fillHold(&info, identity, h, kv.ModRevision)
+			out = append(out, info)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	truncated := len(resp.Kvs) > limit
-	if len(out) > limit {
+	truncated := len(out) > limit
+	if truncated {
 		out = out[:limit]
 	}
 	return out, truncated, nil

@@ -1,15 +1,9 @@
 package arbiter
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/lockd-dev/lockd/pkg/authz"
 )
 
 // Metrics are the arbiter's Prometheus metrics. Labels come only from the
@@ -22,8 +16,12 @@ type Metrics struct {
 	leaks             *prometheus.CounterVec
 	sessionsOpened    *prometheus.CounterVec
 	keepAliveFailures prometheus.Counter
-	sealed            prometheus.Gauge
-	epoch             prometheus.Gauge
+	// keepAlivesNotCredited counts keepalives etcd renewed that were not
+	// passed on: the epoch could not be confirmed within MaxEpochAge.
+	keepAlivesNotCredited prometheus.Counter
+	quotaRefusals         *prometheus.CounterVec
+	sealed                prometheus.Gauge
+	epoch                 prometheus.Gauge
 	// ClassReloadFailures counts class sets rejected on reload.
 	ClassReloadFailures prometheus.Counter
 	// Sessions and Holds are store-wide gauges refreshed by a collector.
@@ -59,8 +57,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "lockd_sessions_opened_total", Help: "Sessions opened here."}, []string{"namespace"}),
 		keepAliveFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_keepalive_failures_total", Help: "Keepalives answered with an expired session."}),
+		keepAlivesNotCredited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockd_keepalives_not_credited_total",
+			Help: "Keepalives etcd renewed that lockd did not pass on because it could not confirm the epoch recently enough; the client treats them as unanswered."}),
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lockd_quota_refusals_total",
+			Help: "Requests refused by a per-identity quota on this lockd; code is sessions or waiters."}, []string{"namespace", "code"}),
 		sealed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockd_sealed", Help: "1 when the store was restored and grants are refused until the epoch advances."}),
+			Name: "lockd_sealed", Help: "1 when grants are refused until the epoch advances: the store was restored, rebuilt empty, or is behind what lockd served."}),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "lockd_epoch", Help: "The current epoch."}),
 		ClassReloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
@@ -84,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "ValidateToken calls by key namespace (\"-\" before the caller is authorized); code is current, superseded, not_held or other_epoch for answers, else the gRPC code of the refusal. A resource depending on ValidateToken shows here."},
 			[]string{"namespace", "code"}),
 	}
-	reg.MustRegister(m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	reg.MustRegister(m.keepAlivesNotCredited, m.quotaRefusals, m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }
@@ -113,38 +117,3 @@ func (m *Metrics) observeValidate(ns string, c TokenCheck, err error) {
 	}
 	m.tokenValidations.WithLabelValues(ns, code).Inc()
 }
-
-// Code is the gRPC code for an arbiter error; the server boundary uses the
-// same mapping.
-func Code(err error) codes.Code {
-	switch {
-	case err == nil:
-		return codes.OK
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, ErrHeld), errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	case errors.Is(err, ErrInvalid):
-		return codes.InvalidArgument
-	case errors.Is(err, ErrSealed), errors.Is(err, ErrStaleToken), errors.Is(err, ErrSessionTTL), errors.Is(err, ErrHoldChanged),
-		errors.Is(err, ErrEpochMoved), errors.Is(err, ErrEpochExhausted):
-		return codes.FailedPrecondition
-	case errors.Is(err, ErrLeak):
-		return codes.AlreadyExists
-	case errors.Is(err, ErrSessionNotFound), errors.Is(err, ErrNotHeld), errors.Is(err, ErrForceNotFound),
-		errors.Is(err, ErrEpochRequestNotFound):
-		return codes.NotFound
-	case errors.Is(err, ErrNotOperator), errors.Is(err, ErrSamePerson), isDenied(err):
-		return codes.PermissionDenied
-	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrEpochGrace):
-		return codes.Unavailable
-	case errors.Is(err, ErrRateLimited):
-		return codes.ResourceExhausted
-	}
-	if s, ok := status.FromError(err); ok {
-		return s.Code()
-	}
-	return codes.Internal
-}
-
-func isDenied(err error) bool { return errors.Is(err, authz.ErrDenied) }

@@ -28,21 +28,42 @@ type waitResult struct {
 type waiter struct {
 	identity string
 	session  int64
-	class    string
+	class    string          // "ns/name"
+	ttl      time.Duration   // the session's
 	wake     chan struct{}   // cap 1: "you may be head, try"
-	done     chan waitResult // cap 1: set by a handoff
+	done     chan waitResult // cap 1: set by a handoff (or a supersede)
 	state    int
+}
+
+// holderHint is who held the key when this arbiter last looked (a refused
+// attempt, or a grant it made): a hint for newcomers, never a grant.
+type holderHint struct {
+	identity string
+	session  int64
 }
 
 // queue is the in-memory FIFO of waiters for one key on this arbiter.
 // Arrival order is kept on this arbiter only and is lost if it restarts.
 type queue struct {
 	hk string
-	// op serialises grant attempts and handoffs for the key on this arbiter,
-	// so the head waiter's own attempt and a release's handoff never race.
+	// op serialises grant attempts, hold reads and handoffs for the key on
+	// this arbiter, so the head waiter's own attempt, a newcomer's look and a
+	// release's handoff never race.
 	op          chanMutex
-	waiters     []*waiter // guarded by Arbiter.qmu
+	waiters     []*waiter  // guarded by Arbiter.qmu
+	holder      holderHint // guarded by Arbiter.qmu
 	cancelWatch context.CancelFunc
+}
+
+// hasSession reports whether session has a waiter queued here. Caller
+// holds Arbiter.qmu.
+func (q *queue) hasSession(session int64) bool {
+	for _, w := range q.waiters {
+		if w.session == session {
+			return true
+		}
+	}
+	return false
 }
 
 // chanMutex is a mutex that can be given up on when a context ends.
@@ -66,48 +87,65 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// busy reports whether waiters are queued for key here; a newcomer then
-// queues behind them instead of trying first.
-func (a *Arbiter) busy(key string) bool {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	q := a.queues[key]
-	return q != nil && len(q.waiters) > 0
-}
-
-// enqueue appends w to key's queue, creating the queue and its watch (from
-// the revision after fromRev, the failed attempt's) when needed. A waiter
-// that becomes head without having just tried is told to try.
-func (a *Arbiter) enqueue(key string, w *waiter, fromRev int64, tried bool) {
+// queueFor is what a newcomer needs to know about key's queue here: the
+// queue (nil when nobody waits), whether session already waits in it, and
+// who held the key when this arbiter last looked.
+func (a *Arbiter) queueFor(key string, session int64) (*queue, bool, holderHint) {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
 	q := a.queues[key]
 	if q == nil {
-		ctx, cancel := context.WithCancel(context.Background())
+		return nil, false, holderHint{}
+	}
+	return q, q.hasSession(session), q.holder
+}
+
+// enqueue appends w to key's queue, creating the queue and its watch (from
+// the revision after the failed attempt's) when needed. A waiter that
+// becomes head without having just tried is told to try. It refuses a
+// waiter beyond its identity's quota.
+func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	if n := a.waiters[w.identity]; n >= a.maxWaiters {
+		return fmt.Errorf("%w: %s has %d waiters queued on this lockd (limit %d, --max-waiters-per-identity); "+
+			"wait for fewer keys at once", ErrQuota, w.identity, n, a.maxWaiters)
+	}
+	q := a.queues[key]
+	if q == nil {
+		ctx, cancel := context.WithCancel(a.bg)
 		q = &queue{hk: holdKey(key), op: make(chanMutex, 1), cancelWatch: cancel}
 		a.queues[key] = q
 		rev := int64(0)
-		if fromRev > 0 {
-			rev = fromRev + 1
+		if tried && att.rev > 0 {
+			rev = att.rev + 1
 		}
 		go a.watchQueue(ctx, key, q, rev)
 	}
+	if att.holderLease != 0 {
+		q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
+	}
 	q.waiters = append(q.waiters, w)
+	a.waiters[w.identity]++
 	if len(q.waiters) == 1 && !tried {
 		signal(w.wake)
 	}
+	return nil
 }
 
 // leave removes w from key's queue. Caller holds a.qmu. When w was head and
 // promoteNext is set, the new head is told to try.
 func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
 	q := a.queues[key]
-	if q == nil {
+	if q == nil || w.state == gone {
 		return
 	}
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			if a.waiters[w.identity]--; a.waiters[w.identity] <= 0 {
+				delete(a.waiters, w.identity)
+			}
 			if i == 0 && promoteNext && len(q.waiters) > 0 {
 				signal(q.waiters[0].wake)
 			}
@@ -118,6 +156,24 @@ func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
 	if len(q.waiters) == 0 {
 		delete(a.queues, key)
 		q.cancelWatch()
+	}
+}
+
+// supersede ends session's waiters for key with ErrSuperseded: a newer
+// Acquire of the key by the same session takes their place. Caller holds
+// the queue's op (no attempt or handoff is in flight).
+func (a *Arbiter) supersede(key string, session int64) {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q := a.queues[key]
+	if q == nil {
+		return
+	}
+	for _, w := range append([]*waiter(nil), q.waiters...) {
+		if w.session == session && w.state == waiting {
+			a.leave(key, w, true)
+			w.done <- waitResult{err: ErrSuperseded}
+		}
 	}
 }
 
@@ -156,9 +212,9 @@ func (a *Arbiter) jitter() time.Duration {
 }
 
 // wait keeps w in line until it is granted (by its own transaction or a
-// handoff), its deadline passes, or ctx ends. Only the head tries; it tries
-// on a watch hint, a local release, or a poll tick. Every grant is a full
-// transaction.
+// handoff), its deadline passes, ctx ends or the arbiter closes. Only the
+// head tries; it tries on a watch hint, a local release, or a poll tick.
+// Every grant is a full transaction.
 func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk string, deadline time.Time) (Grant, error) {
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
@@ -167,7 +223,10 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 	for {
 		select {
 		case r := <-w.done:
-			return r.grant, r.err
+			if r.err != nil {
+				return Grant{}, r.err
+			}
+			return a.releaseIfGone(ctx, req, r.grant)
 		case <-w.wake:
 		case <-poll.C:
 			poll.Reset(a.jitter())
@@ -175,6 +234,8 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 			return a.giveUp(ctx, req, w, ErrHeld)
 		case <-ctx.Done():
 			return a.giveUp(ctx, req, w, ctx.Err())
+		case <-a.closed:
+			return a.giveUp(ctx, req, w, fmt.Errorf("%w: lockd is shutting down; acquire again", ErrUnavailable))
 		}
 		q := a.head(req.Key, w)
 		if q == nil {
@@ -186,26 +247,43 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 		g, finished, err := a.headAttempt(ctx, req, w, q, hk)
 		q.op.unlock()
 		if finished {
-			return g, err
+			if err != nil {
+				return Grant{}, err
+			}
+			return a.releaseIfGone(ctx, req, g)
 		}
 	}
 }
 
-// headAttempt is the head waiter's grant transaction, run under q.op.
+// headAttempt is the head waiter's grant transaction, run under q.op. The
+// waiter is authorized again first: a class reload may have revoked its
+// grant or changed the class TTL since it queued.
 func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter, q *queue, hk string) (Grant, bool, error) {
 	if a.head(req.Key, w) != q {
 		// A handoff got here first; the result is in w.done.
 		return Grant{}, false, nil
 	}
+	if _, err := a.authorizeAcquire(w.identity, req.Key, w.class, w.ttl); err != nil {
+		a.qmu.Lock()
+		a.leave(req.Key, w, true)
+		a.qmu.Unlock()
+		return Grant{}, true, err
+	}
 	val, at := a.encodeHold(req.Identity, req.Session, w.class)
 	att, err := a.tryGrant(ctx, hk, val, req.Session, at)
 	if err == nil && att.granted {
 		a.qmu.Lock()
+		q.holder = holderHint{identity: w.identity, session: w.session}
 		a.leave(req.Key, w, false)
 		a.qmu.Unlock()
 		return att.grant, true, nil
 	}
 	if err == nil {
+		a.qmu.Lock()
+		if att.holderLease != 0 {
+			q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
+		}
+		a.qmu.Unlock()
 		var mine bool
 		var g Grant
 		if g, mine, err = a.classify(att, req.Identity, req.Session); !mine && err == nil {
@@ -246,15 +324,13 @@ func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err
 		}
 		break
 	}
-	if r.err != nil || ctx.Err() == nil {
-		return r.grant, r.err
+	if r.err != nil {
+		return Grant{}, r.err
 	}
-	// The caller is gone: do not leave a hold nobody knows about.
-	rctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-	defer cancel()
-	if _, rerr := a.Release(rctx, req.Identity, req.Session, req.Key, r.grant.Token); rerr != nil {
-		a.log.Warn("could not release a grant whose caller left", "session", req.Session, "err", rerr)
+	if ctx.Err() == nil {
+		return r.grant, nil // the handoff won the race with the deadline
 	}
+	_, _ = a.releaseIfGone(ctx, req, r.grant) // the caller is gone
 	return Grant{}, err
 }
 
@@ -284,6 +360,15 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		if w == nil {
 			return false, false, false, nil
 		}
+		if _, aerr := a.authorizeAcquire(w.identity, key, w.class, w.ttl); aerr != nil {
+			// A class reload revoked its grant or changed the TTL: it cannot
+			// hold the key; next.
+			a.qmu.Lock()
+			a.leave(key, w, false)
+			a.qmu.Unlock()
+			w.done <- waitResult{err: aerr}
+			continue
+		}
 		unclaim := func() {
 			a.qmu.Lock()
 			if w.state == claimed {
@@ -293,7 +378,8 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			signal(w.wake)
 		}
 		val, at := a.encodeHold(w.identity, w.session, w.class)
-		cctx, cancel := a.callCtx(ctx)
+		cctx, cancel := a.txnCtx(ctx)
+		start := time.Now()
 		resp, err := a.cli.Txn(cctx).If(cmp...).
 			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
@@ -316,7 +402,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		}
 		if !resp.Succeeded {
 			unclaim()
-			retry, err := a.releaseRefused(resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, st, resp.Header)
+			retry, err := a.releaseRefused(resp, st, start)
 			return !retry, false, retry, err
 		}
 		g := Grant{Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}
@@ -325,6 +411,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			return true, false, false, fmt.Errorf("%w: %v", ErrInternal, err)
 		}
 		a.qmu.Lock()
+		q.holder = holderHint{identity: w.identity, session: w.session}
 		a.leave(key, w, false)
 		w.state = granted
 		a.qmu.Unlock()

@@ -6,13 +6,13 @@ import (
 )
 
 // The in-memory queue operations on the grant path, without etcd. Every
-// Acquire asks busy(); a waiter enqueues and leaves; a release wakes the
-// head.
+// Acquire asks queueFor(); a waiter enqueues and leaves; a release wakes
+// the head.
 //
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./pkg/arbiter
 
 func queueArbiter(keys int) *Arbiter {
-	a := &Arbiter{queues: map[string]*queue{}}
+	a := &Arbiter{queues: map[string]*queue{}, waiters: map[string]int{}, maxWaiters: DefaultMaxWaitersPerIdentity}
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)
@@ -28,7 +28,7 @@ func BenchmarkBusyNoWaiters(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if a.busy("t/free") {
+			if q, _, _ := a.queueFor("t/free", 1); q != nil {
 				b.Fatal("busy")
 			}
 		}
@@ -41,7 +41,9 @@ func BenchmarkEnqueueLeave(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		w.state = waiting
-		a.enqueue("t/q/0", w, 0, true)
+		if err := a.enqueue("t/q/0", w, attempt{}, true); err != nil {
+			b.Fatal(err)
+		}
 		a.qmu.Lock()
 		a.leave("t/q/0", w, false)
 		a.qmu.Unlock()

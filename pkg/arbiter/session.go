@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -63,11 +64,23 @@ func (a *Arbiter) sessionNamespace(identity string) string {
 	return "-"
 }
 
-// OpenSession grants a lease with ttl owned by identity.
+// OpenSession grants a lease with ttl owned by identity. An identity may
+// have at most MaxSessionsPerIdentity sessions opened on this arbiter.
 func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Duration) (int64, error) {
 	if ttl < MinTTL || ttl > MaxTTL || ttl%time.Second != 0 {
 		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, MinTTL, MaxTTL, ttl)
 	}
+	ns := a.sessionNamespace(identity)
+	if err := a.reserveSession(identity); err != nil {
+		a.metrics.quotaRefusals.WithLabelValues(ns, "sessions").Inc()
+		return 0, err
+	}
+	kept := false
+	defer func() {
+		if !kept {
+			a.unreserveSession(identity)
+		}
+	}()
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	lease, err := a.cli.Grant(cctx, int64(ttl/time.Second))
@@ -75,20 +88,56 @@ func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Dur
 		return 0, storeErr(ctx, err)
 	}
 	now := a.now()
-	ns := a.sessionNamespace(identity)
 	rec, _ := json.Marshal(sessionRecord{Identity: identity, TTL: int64(ttl / time.Second), Namespace: ns, OpenedAt: now.UnixNano()})
 	resp, err := a.cli.Put(cctx, sessionKey(int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
 	if err != nil {
 		return 0, storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil && err != ErrSealed {
+	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return 0, err
 	}
 	info := &sessionInfo{id: int64(lease.ID), identity: identity, ttl: ttl, namespace: ns, openedAt: now, openedHere: true}
 	a.sessions.Store(info.id, info)
+	kept = true
+	a.noteTTL(ttl)
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
 	a.log.Info("session opened", "session", info.id, "identity", identity, "ttl", ttl.String())
 	return info.id, nil
+}
+
+// reserveSession counts a session of identity opened here against its
+// quota; forgetSession gives it back.
+func (a *Arbiter) reserveSession(identity string) error {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	if n := a.sessionsBy[identity]; n >= a.maxSess {
+		return fmt.Errorf("%w: %s has %d sessions open on this lockd (limit %d, --max-sessions-per-identity); "+
+			"close sessions it no longer uses (one client per process shares one session per TTL)", ErrQuota, identity, n, a.maxSess)
+	}
+	a.sessionsBy[identity]++
+	return nil
+}
+
+func (a *Arbiter) unreserveSession(identity string) {
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	if a.sessionsBy[identity]--; a.sessionsBy[identity] <= 0 {
+		delete(a.sessionsBy, identity)
+	}
+}
+
+// forgetSession drops a session from the cache (it was closed, expired or
+// found gone) and returns it; a session opened here gives its quota back.
+func (a *Arbiter) forgetSession(id int64) (*sessionInfo, bool) {
+	v, ok := a.sessions.LoadAndDelete(id)
+	if !ok {
+		return nil, false
+	}
+	s := v.(*sessionInfo)
+	if s.openedHere {
+		a.unreserveSession(s.identity)
+	}
+	return s, true
 }
 
 // session returns the session if it exists and identity owns it.
@@ -113,7 +162,10 @@ func (a *Arbiter) session(ctx context.Context, identity string, id int64) (*sess
 	if err != nil {
 		return nil, err
 	}
-	a.sessions.Store(id, s)
+	a.noteTTL(s.ttl)
+	if _, loaded := a.sessions.LoadOrStore(id, s); loaded {
+		return a.session(ctx, identity, id)
+	}
 	if s.identity != identity {
 		return nil, ErrSessionNotFound
 	}
@@ -141,41 +193,107 @@ func (a *Arbiter) CloseSession(ctx context.Context, identity string, id int64) e
 	defer cancel()
 	if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(id)); err != nil {
 		if isLeaseNotFound(err) {
-			a.sessions.Delete(id)
+			a.forgetSession(id)
 			return nil
 		}
 		return storeErr(ctx, err)
 	}
-	a.sessions.Delete(id)
+	a.forgetSession(id)
 	a.log.Info("session closed", "session", id, "identity", s.identity)
 	return nil
 }
 
 // watchSessions drops cached sessions when their key goes away (expiry or
-// revoke) and counts expiries of sessions opened here.
+// revoke) and counts expiries of sessions opened here. It lists the session
+// keys at one revision and watches from the next, so no delete is missed;
+// after a compaction or a broken watch it lists again and drops what is gone.
 func (a *Arbiter) watchSessions(ctx context.Context) {
+	a.follow(ctx, sessionPrefix, func(kvs []*mvccpb.KeyValue) {
+		live := make(map[int64]bool, len(kvs))
+		for _, kv := range kvs {
+			live[kv.Lease] = true
+		}
+		a.sessions.Range(func(k, _ any) bool {
+			if !live[k.(int64)] {
+				a.forgetSession(k.(int64))
+			}
+			return true
+		})
+	}, func(ev *clientv3.Event) {
+		if ev.Type != clientv3.EventTypeDelete || ev.PrevKv == nil {
+			return
+		}
+		id := ev.PrevKv.Lease
+		if s, ok := a.forgetSession(id); ok && s.openedHere && !s.closing.Load() {
+			a.metrics.ExpiriesWithoutRelease.WithLabelValues(s.namespace).Inc()
+			a.log.Warn("session expired without close", "session", id, "identity", s.identity, "namespace", s.namespace)
+		}
+	})
+}
+
+// follow lists prefix at one revision (sync) and then applies every later
+// change under it (event) from the next revision on, with PrevKV: the
+// snapshot-then-watch of clientv3/mirror. On compaction or any watch failure
+// it lists again. It returns when ctx ends.
+func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue), event func(*clientv3.Event)) {
 	for ctx.Err() == nil {
-		wch := a.cli.Watch(clientv3.WithRequireLeader(ctx), sessionPrefix, clientv3.WithPrefix(),
-			clientv3.WithFilterPut(), clientv3.WithPrevKV())
+		rev, err := a.list(ctx, prefix, sync)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("listing for a watch failed", "prefix", prefix, "err", err)
+			}
+			a.pause(ctx, a.poll)
+			continue
+		}
+		wch := a.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(),
+			clientv3.WithPrevKV(), clientv3.WithRev(rev+1))
 		for resp := range wch {
+			if resp.Err() != nil || resp.CompactRevision != 0 {
+				break
+			}
 			for _, ev := range resp.Events {
-				if ev.Type != clientv3.EventTypeDelete || ev.PrevKv == nil {
-					continue
-				}
-				id := ev.PrevKv.Lease
-				if v, ok := a.sessions.LoadAndDelete(id); ok {
-					s := v.(*sessionInfo)
-					if s.openedHere && !s.closing.Load() {
-						a.metrics.ExpiriesWithoutRelease.WithLabelValues(s.namespace).Inc()
-						a.log.Warn("session expired without close", "session", id, "identity", s.identity, "namespace", s.namespace)
-					}
-				}
+				event(ev)
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(a.poll):
+		a.pause(ctx, a.poll)
+	}
+}
+
+// list reads every key under prefix at one revision, in pages, and hands
+// them to sync; it returns that revision.
+func (a *Arbiter) list(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue)) (int64, error) {
+	var all []*mvccpb.KeyValue
+	key, end, rev := prefix, clientv3.GetPrefixRangeEnd(prefix), int64(0)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(5000)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Get(cctx, key, opts...)
+		cancel()
+		if err != nil {
+			return 0, storeErr(ctx, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		all = append(all, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	sync(all)
+	return rev, nil
+}
+
+func (a *Arbiter) pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -185,6 +303,7 @@ type KeepAliveStream struct {
 	a        *Arbiter
 	identity string
 	s        pb.Lease_LeaseKeepAliveClient
+	ctx      context.Context
 	cancel   context.CancelFunc
 }
 
@@ -198,7 +317,7 @@ func (a *Arbiter) OpenKeepAlive(ctx context.Context, identity string) (*KeepAliv
 		cancel()
 		return nil, storeErr(ctx, err)
 	}
-	return &KeepAliveStream{a: a, identity: identity, s: s, cancel: cancel}, nil
+	return &KeepAliveStream{a: a, identity: identity, s: s, ctx: sctx, cancel: cancel}, nil
 }
 
 // Send forwards one keepalive. ErrSessionNotFound means the session is not
@@ -219,31 +338,56 @@ type KeepAliveAnswer struct {
 	Session int64
 	// TTL remaining; zero when the lease has expired.
 	TTL time.Duration
-	// Epoch when etcd answered: holds from an earlier epoch are gone.
+	// Epoch when etcd answered, read at most MaxEpochAge before: holds from
+	// an earlier epoch are gone.
 	Epoch uint32
+	// Removed are holds of the session operators released by force.
+	Removed []RemovedHold
 }
+
+// ErrNotConfirmed: a keepalive etcd answered but the arbiter could not
+// confirm the epoch recently enough to vouch for it; the answer is not
+// passed on (the client treats it as unanswered).
+var ErrNotConfirmed = errors.New("arbiter: keepalive not credited: the epoch could not be confirmed recently enough")
 
 // Recv returns the next etcd answer. An answer from a store with another
 // cluster ID (a restored store, not yet advanced) is ErrSealed, never a
-// renewal: the session's holds may have been rolled back.
+// renewal: the session's holds may have been rolled back. An answer the
+// arbiter cannot pair with an epoch read within MaxEpochAge is
+// ErrNotConfirmed: skip it and go on receiving.
 func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 	resp, err := k.s.Recv()
 	if err != nil {
 		return KeepAliveAnswer{}, fmt.Errorf("%w: keepalive stream: %v", ErrUnavailable, err)
 	}
-	st, err := k.a.checkHeader(resp.Header)
-	if err != nil {
+	if _, err := k.a.checkHeader(resp.Header); err != nil {
 		return KeepAliveAnswer{}, err
 	}
+	st, err := k.a.confirmedEpoch(k.ctx)
+	if err != nil {
+		k.a.metrics.keepAlivesNotCredited.Inc()
+		return KeepAliveAnswer{Session: resp.ID}, fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+	}
+	if st.sealed {
+		return KeepAliveAnswer{}, sealedErr(st)
+	}
+	ans := KeepAliveAnswer{Session: resp.ID, Epoch: st.epoch, Removed: k.a.removed.of(resp.ID)}
 	if resp.TTL <= 0 {
 		k.a.metrics.keepAliveFailures.Inc()
-		k.a.sessions.Delete(resp.ID)
-		return KeepAliveAnswer{Session: resp.ID, Epoch: st.epoch}, nil
+		k.a.forgetSession(resp.ID)
+		return ans, nil
 	}
 	if v, ok := k.a.sessions.Load(resp.ID); ok {
 		v.(*sessionInfo).lastKA.Store(k.a.now().UnixNano())
 	}
-	return KeepAliveAnswer{Session: resp.ID, TTL: time.Duration(resp.TTL) * time.Second, Epoch: st.epoch}, nil
+	ans.TTL = time.Duration(resp.TTL) * time.Second
+	return ans, nil
+}
+
+// Expired is the answer for a session that is gone: TTL zero, with the
+// holds of it that were released by force.
+func (k *KeepAliveStream) Expired(id int64) KeepAliveAnswer {
+	return KeepAliveAnswer{Session: id, Epoch: k.a.epoch.Load().epoch, Removed: k.a.removed.of(id)}
 }
 
 // Close ends the etcd stream.

@@ -32,7 +32,7 @@ func TestEtcdDownIsUnavailableThenResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(ext.Close)
-	env := lockdtest.Start(t, lockdtest.Options{Backend: ext, RequestTimeout: 5 * time.Second})
+	env := lockdtest.Start(t, lockdtest.Options{Backend: ext, FreshStore: true, RequestTimeout: 5 * time.Second})
 	alice, _ := env.Raw(t, lockdtest.Alice)
 	sid := openSession(t, alice, 15*time.Second)
 	if _, err := acquire(t.Context(), alice, sid, "t/up", "std", 0); err != nil {

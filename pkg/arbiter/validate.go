@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
 
 	"github.com/lockd-dev/lockd/pkg/authz"
@@ -131,39 +130,21 @@ func (a *Arbiter) ValidateToken(ctx context.Context, identity, key string, tok u
 	if !a.validate.allow(identity, a.now()) {
 		return TokenCheck{}, ErrRateLimited
 	}
-	hk := holdKey(key)
-	for range 3 {
-		st := a.epoch.Load()
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
-		cancel()
-		if err != nil {
-			return TokenCheck{}, storeErr(ctx, err)
-		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
-			return TokenCheck{}, err
-		}
-		holds := resp.Responses[0].GetResponseRange().Kvs
-		eps := resp.Responses[1].GetResponseRange().Kvs
-		if len(eps) == 1 && eps[0].ModRevision != st.modRev {
-			if err := a.applyEpoch(eps[0], resp.Header); err != nil {
-				return TokenCheck{}, err
-			}
-			continue // compare with the epoch this read saw
-		}
-		c := TokenCheck{Epoch: st.epoch, ReadRevision: resp.Header.Revision}
-		ep, rev := token.Unpack(tok)
-		switch {
-		case ep != st.epoch:
-			c.State = TokenOtherEpoch
-		case len(holds) == 0:
-			c.State = TokenNotHeld
-		case holds[0].ModRevision != rev:
-			c.State = TokenSuperseded
-		default:
-			c.State = TokenCurrent
-		}
-		return c, nil
+	att, err := a.readHold(ctx, holdKey(key))
+	if err != nil {
+		return TokenCheck{}, err
 	}
-	return TokenCheck{}, fmt.Errorf("%w: the epoch record kept changing", ErrUnavailable)
+	c = TokenCheck{Epoch: att.epoch, ReadRevision: att.rev}
+	ep, rev := token.Unpack(tok)
+	switch {
+	case ep != att.epoch:
+		c.State = TokenOtherEpoch
+	case att.holderLease == 0:
+		c.State = TokenNotHeld
+	case att.holderModRev != rev:
+		c.State = TokenSuperseded
+	default:
+		c.State = TokenCurrent
+	}
+	return c, nil
 }

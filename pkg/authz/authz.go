@@ -23,6 +23,7 @@ type Authorizer struct {
 	set        *class.Set
 	trees      map[string]*node    // SPIFFE ID → radix tree of prefixes
 	namespaces map[string][]string // SPIFFE ID → sorted namespaces
+	prefixes   map[string][]string // SPIFFE ID → granted prefixes
 }
 
 // New compiles the grants of set into one radix tree per SPIFFE ID.
@@ -34,6 +35,7 @@ func New(set *class.Set) *Authorizer {
 		set:        set,
 		trees:      make(map[string]*node),
 		namespaces: make(map[string][]string),
+		prefixes:   make(map[string][]string),
 	}
 	grants := set.Grants() // a private copy: the tree points into it
 	for i := range grants {
@@ -49,6 +51,7 @@ func New(set *class.Set) *Authorizer {
 				continue
 			}
 			root.insert(p, g)
+			a.prefixes[g.SPIFFEID] = append(a.prefixes[g.SPIFFEID], p)
 			inserted = true
 		}
 		if inserted && !slices.Contains(a.namespaces[g.SPIFFEID], g.Namespace) {
@@ -79,6 +82,21 @@ func (a *Authorizer) Match(spiffeID, key string) (grant *class.Grant, ok bool) {
 	}
 	g := root.longest(key)
 	return g, g != nil
+}
+
+// AllowPrefix reports whether spiffeID may lock some key under prefix (a
+// valid prefix ending in "/"): one of its granted prefixes contains prefix
+// or lies under it, in a namespace of the set.
+func (a *Authorizer) AllowPrefix(spiffeID, prefix string) bool {
+	if lockkey.ValidatePrefix(prefix) != nil || !a.set.HasNamespace(lockkey.Namespace(prefix)) {
+		return false
+	}
+	for _, g := range a.prefixes[spiffeID] {
+		if strings.HasPrefix(prefix, g) || strings.HasPrefix(g, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Authorize returns nil if spiffeID may lock key, and ErrDenied otherwise.

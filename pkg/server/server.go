@@ -6,8 +6,6 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/lockd-dev/lockd/pkg/operator"
-	"google.golang.org/grpc/metadata"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,10 +15,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -29,6 +29,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/arbiter"
 	"github.com/lockd-dev/lockd/pkg/class"
 	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/pkg/operator"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -97,7 +98,9 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
 // toStatus maps an error to a gRPC status: the one place domain errors meet
-// gRPC codes. Messages never contain a token.
+// gRPC codes. An arbiter error also carries its reason as a
+// google.rpc.ErrorInfo detail (domain lockd.dev), so callers never need to
+// read the message. Messages never contain a token.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -105,7 +108,20 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err // already a status (from gRPC itself)
 	}
-	return status.Error(arbiter.Code(err), err.Error())
+	return statusWithReason(arbiter.Code(err), arbiter.Reason(err), err.Error())
+}
+
+// statusWithReason is a status error with an ErrorInfo detail when reason
+// is set.
+func statusWithReason(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if reason == "" {
+		return st.Err()
+	}
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: arbiter.ReasonDomain}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
 }
 
 func (s *Server) caller(ctx context.Context) (string, error) {
@@ -123,7 +139,7 @@ func (s *Server) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest
 		return nil, err
 	}
 	if req.GetTtl() == nil {
-		return nil, status.Error(codes.InvalidArgument, "arbiter: invalid argument: ttl: required")
+		return nil, statusWithReason(codes.InvalidArgument, arbiter.ReasonInvalid, "arbiter: invalid argument: ttl: required")
 	}
 	ttl := req.GetTtl().AsDuration()
 	sid, err := s.arb.OpenSession(ctx, id, ttl)
@@ -160,14 +176,21 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	defer ka.Close()
 	var sendMu sync.Mutex
 	send := func(a arbiter.KeepAliveAnswer) error {
+		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch}
+		for _, r := range a.Removed {
+			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision})
+		}
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		return stream.Send(&lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch})
+		return stream.Send(resp)
 	}
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
 			ans, err := ka.Recv()
+			if errors.Is(err, arbiter.ErrNotConfirmed) {
+				continue // not vouched for: the client counts it unanswered
+			}
 			if err != nil {
 				recvErr <- err
 				return
@@ -209,7 +232,7 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 		case req := <-reqs:
 			if err := ka.Send(ctx, req.GetSessionId()); err != nil {
 				if errors.Is(err, arbiter.ErrSessionNotFound) {
-					if err := send(arbiter.KeepAliveAnswer{Session: req.GetSessionId()}); err != nil {
+					if err := send(ka.Expired(req.GetSessionId())); err != nil {
 						return err
 					}
 					continue
@@ -384,7 +407,8 @@ func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) 
 		return nil, toStatus(err)
 	}
 	return &lockv1.EpochStatusResponse{Epoch: st.Epoch, RecordClusterId: st.RecordClusterID,
-		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision}, nil
+		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision,
+		SealedReason: st.SealedReason, RecordMissing: st.RecordMissing, HighestEpoch: st.Highest}, nil
 }
 
 // AdvanceEpoch implements lock.v1 AdminService: refused, since an advance
@@ -393,7 +417,7 @@ func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest
 	if _, err := s.caller(ctx); err != nil {
 		return nil, err
 	}
-	return nil, status.Error(codes.FailedPrecondition,
+	return nil, statusWithReason(codes.FailedPrecondition, arbiter.ReasonNotOperator,
 		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator")
 }
 
@@ -403,11 +427,11 @@ func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpo
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetFromEpoch(), req.GetReason())
+	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetFromEpoch(), req.GetToEpoch(), req.GetReason())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &lockv1.RequestEpochAdvanceResponse{Id: r.ID, FromEpoch: r.From, Requester: r.Requester, Reason: r.Reason,
+	return &lockv1.RequestEpochAdvanceResponse{Id: r.ID, FromEpoch: r.From, ToEpoch: r.To, Requester: r.Requester, Reason: r.Reason,
 		ExpiresAt: timestamppb.New(r.ExpiresAt)}, nil
 }
 
@@ -417,12 +441,12 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 	if err != nil {
 		return nil, err
 	}
-	r, st, deleted, err := s.arb.ApproveEpochAdvance(ctx, id, req.GetId())
+	adv, err := s.arb.ApproveEpochAdvance(ctx, id, req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &lockv1.ApproveEpochAdvanceResponse{Epoch: st.Epoch, ClusterId: st.RecordClusterID, HoldsDeleted: deleted,
-		Requester: r.Requester, Approver: id}, nil
+	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
+		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the

@@ -11,7 +11,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -37,6 +40,9 @@ type Backend struct {
 	Leases pb.LeaseClient
 	// Embedded is the in-process etcd, nil for an external cluster.
 	Embedded *embed.Etcd
+	// Fresh: the embedded member started on an empty data dir, so nothing
+	// was ever stored in it (lockd may create the first epoch itself).
+	Fresh bool
 
 	closers []func()
 }
@@ -120,6 +126,8 @@ func StartEmbedded(c EmbeddedConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(filepath.Join(c.DataDir, "member"))
+	fresh := errors.Is(statErr, fs.ErrNotExist)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded etcd in %s: %w", ErrStart, c.DataDir, err)
@@ -142,6 +150,7 @@ func StartEmbedded(c EmbeddedConfig) (*Backend, error) {
 		Client:   cli,
 		Leases:   adapter.LeaseServerToLeaseClient(v3rpc.NewQuotaLeaseServer(e.Server)),
 		Embedded: e,
+		Fresh:    fresh,
 	}
 	b.closers = append(b.closers, e.Close, func() { _ = cli.Close() })
 	return b, nil

@@ -124,6 +124,18 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// ID is the cluster ID (hex, as lockd's --bootstrap-epoch-cluster-id and
+// etcdctl print it).
+func (c *Cluster) ID(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.cli.Get(cctx, "/gate/cluster-id")
+	if err != nil {
+		return "", fmt.Errorf("cluster: reading the cluster ID: %w", err)
+	}
+	return fmt.Sprintf("%x", resp.Header.ClusterId), nil
+}
+
 // Client is a client of the whole cluster, for the gate's own use.
 func (c *Cluster) Client() *clientv3.Client { return c.cli }
 

@@ -171,6 +171,9 @@ SIGINT or SIGTERM stops lockd gracefully.`,
 	f.StringVar(&opts.OIDCRole, "oidc-role", "lock-operator", "role operator tokens must carry")
 	f.StringSliceVar(&opts.OIDCACR, "oidc-acr", nil, "acr values accepted as multi-factor sign-in, besides amr otp, mfa or hwk")
 	f.StringVar(&opts.OIDCCA, "oidc-ca", "", "CA certificate (PEM) to verify the OIDC issuer's TLS")
+	f.StringVar(&opts.BootstrapEpochClusterID, "bootstrap-epoch-cluster-id", "", "first deployment on an external cluster: create epoch 1 if the store has no epoch record, only on the etcd cluster with this ID (hex, from etcdctl endpoint status) and only if this lockd's data dir records no epoch; a rebuilt store has another ID, so leaving it set is harmless")
+	f.IntVar(&opts.MaxSessionsPerIdentity, "max-sessions-per-identity", opts.MaxSessionsPerIdentity, "sessions one identity may have open on this lockd")
+	f.IntVar(&opts.MaxWaitersPerIdentity, "max-waiters-per-identity", opts.MaxWaitersPerIdentity, "waiters one identity may have queued on this lockd")
 	f.BoolVar(&opts.DebugPprof, "debug-pprof", false, "serve Go profiles at /debug/pprof/ on the metrics listener (for profiling; never expose it)")
 
 	for _, fs := range []*pflag.FlagSet{pf, f} {

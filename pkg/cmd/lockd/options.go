@@ -70,6 +70,14 @@ type Options struct {
 	Operators []string
 	// RequestTimeout bounds each etcd call.
 	RequestTimeout time.Duration
+	// BootstrapEpochClusterID (hex) lets lockd create epoch 1 on an external
+	// cluster with this ID that has no epoch record, if its data dir records
+	// no epoch. Empty: a store without a record stays sealed until two
+	// operators initialise it.
+	BootstrapEpochClusterID string
+	// MaxSessionsPerIdentity and MaxWaitersPerIdentity are per-identity
+	// quotas on this lockd.
+	MaxSessionsPerIdentity, MaxWaitersPerIdentity int
 	// ValidateRate and ValidateBurst limit ValidateToken calls per identity.
 	ValidateRate  float64
 	ValidateBurst int
@@ -87,17 +95,19 @@ type Options struct {
 // DefaultOptions returns the flag defaults.
 func DefaultOptions() Options {
 	return Options{
-		DataDir:        "./.lockd",
-		Listen:         "127.0.0.1:7420",
-		MetricsListen:  "127.0.0.1:7421",
-		ClassesDir:     "./classes",
-		EtcdClientURL:  "http://127.0.0.1:7422",
-		EtcdPeerURL:    "http://127.0.0.1:7423",
-		RequestTimeout: 5 * time.Second,
-		ValidateRate:   arbiter.DefaultValidateRate,
-		ValidateBurst:  arbiter.DefaultValidateBurst,
-		LogLevel:       "info",
-		LogFormat:      "json",
+		DataDir:                "./.lockd",
+		Listen:                 "127.0.0.1:7420",
+		MetricsListen:          "127.0.0.1:7421",
+		ClassesDir:             "./classes",
+		EtcdClientURL:          "http://127.0.0.1:7422",
+		EtcdPeerURL:            "http://127.0.0.1:7423",
+		RequestTimeout:         5 * time.Second,
+		MaxSessionsPerIdentity: arbiter.DefaultMaxSessionsPerIdentity,
+		MaxWaitersPerIdentity:  arbiter.DefaultMaxWaitersPerIdentity,
+		ValidateRate:           arbiter.DefaultValidateRate,
+		ValidateBurst:          arbiter.DefaultValidateBurst,
+		LogLevel:               "info",
+		LogFormat:              "json",
 	}
 }
 
@@ -159,6 +169,9 @@ func (o *Options) validate() error {
 		if o.EtcdCA != "" || o.EtcdCert != "" || o.EtcdKey != "" {
 			add("--etcd-ca, --etcd-cert, --etcd-key: only apply to an external cluster; set --etcd-endpoints too")
 		}
+		if o.BootstrapEpochClusterID != "" {
+			add("--bootstrap-epoch-cluster-id: only applies to an external cluster (the embedded store creates its first epoch itself)")
+		}
 		clientOK := checkEtcdURL("--etcd-client-url", o.EtcdClientURL, add)
 		peerOK := checkEtcdURL("--etcd-peer-url", o.EtcdPeerURL, add)
 		if clientOK && peerOK && o.EtcdClientURL == o.EtcdPeerURL {
@@ -174,6 +187,14 @@ func (o *Options) validate() error {
 		if (o.EtcdCert == "") != (o.EtcdKey == "") {
 			add("--etcd-cert, --etcd-key: must be given together")
 		}
+		if o.BootstrapEpochClusterID != "" {
+			if id, err := strconv.ParseUint(o.BootstrapEpochClusterID, 16, 64); err != nil || id == 0 {
+				add("--bootstrap-epoch-cluster-id %q: must be an etcd cluster ID in hex, as etcdctl endpoint status prints it", o.BootstrapEpochClusterID)
+			}
+		}
+	}
+	if o.MaxSessionsPerIdentity < 1 || o.MaxWaitersPerIdentity < 1 {
+		add("--max-sessions-per-identity %d and --max-waiters-per-identity %d: must be at least 1", o.MaxSessionsPerIdentity, o.MaxWaitersPerIdentity)
 	}
 
 	switch {
@@ -237,6 +258,11 @@ func checkEtcdURL(flag, raw string, add func(string, ...any)) bool {
 		add("%s %q: must name a host and a port, e.g. http://127.0.0.1:7422", flag, raw)
 	case u.Path != "" && u.Path != "/":
 		add("%s %q: must not have a path", flag, raw)
+	case identity.CheckLoopback(u.Host) != nil:
+		// The embedded member serves plaintext without authentication:
+		// anyone who reaches it could write any key, the epoch record
+		// included.
+		add("%s %q: must be a loopback address (127.0.0.0/8, ::1 or localhost): the embedded etcd has no TLS and no authentication; run an external cluster to reach etcd from elsewhere", flag, raw)
 	default:
 		return true
 	}

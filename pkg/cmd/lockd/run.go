@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/lockd-dev/lockd/pkg/operator"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,6 +29,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/devpki"
 	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/pkg/operator"
 	"github.com/lockd-dev/lockd/pkg/server"
 	"github.com/lockd-dev/lockd/pkg/store"
 )
@@ -87,17 +88,25 @@ func run(ctx context.Context, opts *Options) (err error) {
 	if err != nil {
 		return err
 	}
+	bootstrap := arbiter.Bootstrap{FreshStore: backend.Fresh}
+	if opts.BootstrapEpochClusterID != "" {
+		bootstrap.ClusterID, _ = strconv.ParseUint(opts.BootstrapEpochClusterID, 16, 64) // validated
+	}
 	arb, err := arbiter.New(arbiter.Config{
-		Client:         backend.Client,
-		Leases:         backend.Leases,
-		Operators:      operators(opts, logger),
-		OIDCOperators:  opv != nil,
-		Logger:         logger.With("component", "arbiter"),
-		Now:            opts.Now,
-		RequestTimeout: opts.RequestTimeout,
-		ValidateRate:   opts.ValidateRate,
-		ValidateBurst:  opts.ValidateBurst,
-		Metrics:        metrics,
+		Client:                 backend.Client,
+		Leases:                 backend.Leases,
+		Operators:              operators(opts, logger),
+		OIDCOperators:          opv != nil,
+		Logger:                 logger.With("component", "arbiter"),
+		Now:                    opts.Now,
+		RequestTimeout:         opts.RequestTimeout,
+		StateFile:              filepath.Join(dataDir, "epoch-state.json"),
+		Bootstrap:              bootstrap,
+		MaxSessionsPerIdentity: opts.MaxSessionsPerIdentity,
+		MaxWaitersPerIdentity:  opts.MaxWaitersPerIdentity,
+		ValidateRate:           opts.ValidateRate,
+		ValidateBurst:          opts.ValidateBurst,
+		Metrics:                metrics,
 	}, arbiter.NewPolicy(watcher.Current()))
 	if err != nil {
 		return err
@@ -240,8 +249,8 @@ func run(ctx context.Context, opts *Options) (err error) {
 		ready = append(ready, "epoch", st.Epoch, "sealed", st.Sealed,
 			"cluster_id", fmt.Sprintf("%x", st.StoreClusterID))
 		if st.Sealed {
-			logger.Warn("store was restored: grants are refused until an operator advances the epoch",
-				"epoch", st.Epoch, "record_cluster_id", fmt.Sprintf("%x", st.RecordClusterID),
+			logger.Warn("sealed: grants are refused until two operators advance the epoch",
+				"why", st.SealedReason, "epoch", st.Epoch, "record_cluster_id", fmt.Sprintf("%x", st.RecordClusterID),
 				"store_cluster_id", fmt.Sprintf("%x", st.StoreClusterID))
 		}
 	}

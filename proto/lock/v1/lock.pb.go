@@ -23,6 +23,140 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorReason is the machine-readable reason of a lockd error. Every error
+// lockd returns carries a google.rpc.ErrorInfo detail whose domain is
+// "lockd.dev" and whose reason is the value's name without the
+// "ERROR_REASON_" prefix ("HELD", "LEAK", ...). Branch on the reason, never
+// on the message.
+type ErrorReason int32
+
+const (
+	// Not set.
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// The key is held by another session and the wait ran out (or none was
+	// asked for): a definite refusal, nothing was granted.
+	ErrorReason_ERROR_REASON_HELD ErrorReason = 1
+	// The key is held by the caller's own identity under another session.
+	ErrorReason_ERROR_REASON_LEAK ErrorReason = 2
+	// The store is sealed until operators advance the epoch.
+	ErrorReason_ERROR_REASON_SEALED ErrorReason = 3
+	// The epoch has just advanced; grants resume once every old holder is fenced.
+	ErrorReason_ERROR_REASON_EPOCH_GRACE ErrorReason = 4
+	// The session's TTL is not the class TTL.
+	ErrorReason_ERROR_REASON_SESSION_TTL ErrorReason = 5
+	// The session does not exist, has expired, or is someone else's.
+	ErrorReason_ERROR_REASON_SESSION_NOT_FOUND ErrorReason = 6
+	// The token is not the current hold's.
+	ErrorReason_ERROR_REASON_STALE_TOKEN ErrorReason = 7
+	// The caller may not use this key (one answer whatever the reason).
+	ErrorReason_ERROR_REASON_DENIED ErrorReason = 8
+	// A request field breaks a rule; the message names it.
+	ErrorReason_ERROR_REASON_INVALID ErrorReason = 9
+	// The store did not answer: the outcome of a write may be unknown.
+	ErrorReason_ERROR_REASON_UNAVAILABLE ErrorReason = 10
+	// A per-identity quota (sessions or waiters) is used up.
+	ErrorReason_ERROR_REASON_QUOTA ErrorReason = 11
+	// ValidateToken was called faster than the identity's limit.
+	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 12
+	// A newer Acquire of the same key by the same session replaced this one.
+	ErrorReason_ERROR_REASON_SUPERSEDED ErrorReason = 13
+	// The call needs an operator.
+	ErrorReason_ERROR_REASON_NOT_OPERATOR ErrorReason = 14
+	// The approver is the requester.
+	ErrorReason_ERROR_REASON_SAME_PERSON ErrorReason = 15
+	// The hold changed since the force-release was requested.
+	ErrorReason_ERROR_REASON_HOLD_CHANGED ErrorReason = 16
+	// The epoch is not the one the operator stated.
+	ErrorReason_ERROR_REASON_EPOCH_MOVED ErrorReason = 17
+	// No epoch above the last one is left.
+	ErrorReason_ERROR_REASON_EPOCH_EXHAUSTED ErrorReason = 18
+	// A force-release was asked for a key nobody holds.
+	ErrorReason_ERROR_REASON_NOT_HELD ErrorReason = 19
+	// No pending force-release or epoch-advance request has this id.
+	ErrorReason_ERROR_REASON_REQUEST_NOT_FOUND ErrorReason = 20
+	// lockd found something in the store it cannot interpret.
+	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 21
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_HELD",
+		2:  "ERROR_REASON_LEAK",
+		3:  "ERROR_REASON_SEALED",
+		4:  "ERROR_REASON_EPOCH_GRACE",
+		5:  "ERROR_REASON_SESSION_TTL",
+		6:  "ERROR_REASON_SESSION_NOT_FOUND",
+		7:  "ERROR_REASON_STALE_TOKEN",
+		8:  "ERROR_REASON_DENIED",
+		9:  "ERROR_REASON_INVALID",
+		10: "ERROR_REASON_UNAVAILABLE",
+		11: "ERROR_REASON_QUOTA",
+		12: "ERROR_REASON_RATE_LIMITED",
+		13: "ERROR_REASON_SUPERSEDED",
+		14: "ERROR_REASON_NOT_OPERATOR",
+		15: "ERROR_REASON_SAME_PERSON",
+		16: "ERROR_REASON_HOLD_CHANGED",
+		17: "ERROR_REASON_EPOCH_MOVED",
+		18: "ERROR_REASON_EPOCH_EXHAUSTED",
+		19: "ERROR_REASON_NOT_HELD",
+		20: "ERROR_REASON_REQUEST_NOT_FOUND",
+		21: "ERROR_REASON_INTERNAL",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":       0,
+		"ERROR_REASON_HELD":              1,
+		"ERROR_REASON_LEAK":              2,
+		"ERROR_REASON_SEALED":            3,
+		"ERROR_REASON_EPOCH_GRACE":       4,
+		"ERROR_REASON_SESSION_TTL":       5,
+		"ERROR_REASON_SESSION_NOT_FOUND": 6,
+		"ERROR_REASON_STALE_TOKEN":       7,
+		"ERROR_REASON_DENIED":            8,
+		"ERROR_REASON_INVALID":           9,
+		"ERROR_REASON_UNAVAILABLE":       10,
+		"ERROR_REASON_QUOTA":             11,
+		"ERROR_REASON_RATE_LIMITED":      12,
+		"ERROR_REASON_SUPERSEDED":        13,
+		"ERROR_REASON_NOT_OPERATOR":      14,
+		"ERROR_REASON_SAME_PERSON":       15,
+		"ERROR_REASON_HOLD_CHANGED":      16,
+		"ERROR_REASON_EPOCH_MOVED":       17,
+		"ERROR_REASON_EPOCH_EXHAUSTED":   18,
+		"ERROR_REASON_NOT_HELD":          19,
+		"ERROR_REASON_REQUEST_NOT_FOUND": 20,
+		"ERROR_REASON_INTERNAL":          21,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_lock_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_lock_v1_lock_proto_enumTypes[0]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 // TokenState says why a token is or is not current.
 type TokenState int32
 
@@ -70,11 +204,11 @@ func (x TokenState) String() string {
 }
 
 func (TokenState) Descriptor() protoreflect.EnumDescriptor {
-	return file_lock_v1_lock_proto_enumTypes[0].Descriptor()
+	return file_lock_v1_lock_proto_enumTypes[1].Descriptor()
 }
 
 func (TokenState) Type() protoreflect.EnumType {
-	return &file_lock_v1_lock_proto_enumTypes[0]
+	return &file_lock_v1_lock_proto_enumTypes[1]
 }
 
 func (x TokenState) Number() protoreflect.EnumNumber {
@@ -83,7 +217,7 @@ func (x TokenState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TokenState.Descriptor instead.
 func (TokenState) EnumDescriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{1}
 }
 
 // ForceRelease is a pending request to release a hold by force.
@@ -864,7 +998,15 @@ type KeepAliveResponse struct {
 	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// The epoch when the renewal was answered. Every hold the session got in
 	// an earlier epoch is gone: the store was restored and the epoch advanced.
-	Epoch         uint32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// lockd never answers with an epoch it read longer ago than its stated
+	// bound (docs/operating.md); a keepalive it cannot vouch for goes
+	// unanswered.
+	Epoch uint32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Holds of this session that operators released by force. The holder
+	// must stop at once: its hold is gone and another holder may already
+	// have been granted the key. Repeated in later answers for a while; a
+	// client acts on each (key, hold_revision) once.
+	Removed       []*RemovedHold `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -920,6 +1062,69 @@ func (x *KeepAliveResponse) GetEpoch() uint32 {
 	return 0
 }
 
+func (x *KeepAliveResponse) GetRemoved() []*RemovedHold {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+// RemovedHold names a hold that was removed from a live session.
+type RemovedHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The revision of the hold that was removed (the token's revision): a
+	// later hold of the same key by the same session is not affected.
+	HoldRevision  int64 `protobuf:"varint,2,opt,name=hold_revision,json=holdRevision,proto3" json:"hold_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovedHold) Reset() {
+	*x = RemovedHold{}
+	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovedHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovedHold) ProtoMessage() {}
+
+func (x *RemovedHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovedHold.ProtoReflect.Descriptor instead.
+func (*RemovedHold) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RemovedHold) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RemovedHold) GetHoldRevision() int64 {
+	if x != nil {
+		return x.HoldRevision
+	}
+	return 0
+}
+
 // CloseSessionRequest ends a session.
 type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -931,7 +1136,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1148,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[14]
+	mi := &file_lock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1161,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -975,7 +1180,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1192,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[15]
+	mi := &file_lock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1205,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 // DescribeClassRequest names a class.
@@ -1016,7 +1221,7 @@ type DescribeClassRequest struct {
 
 func (x *DescribeClassRequest) Reset() {
 	*x = DescribeClassRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_lock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1233,7 @@ func (x *DescribeClassRequest) String() string {
 func (*DescribeClassRequest) ProtoMessage() {}
 
 func (x *DescribeClassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[16]
+	mi := &file_lock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1246,7 @@ func (x *DescribeClassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClassRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClassRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeClassRequest) GetNamespace() string {
@@ -1069,7 +1274,7 @@ type DescribeClassResponse struct {
 
 func (x *DescribeClassResponse) Reset() {
 	*x = DescribeClassResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_lock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1286,7 @@ func (x *DescribeClassResponse) String() string {
 func (*DescribeClassResponse) ProtoMessage() {}
 
 func (x *DescribeClassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[17]
+	mi := &file_lock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1299,7 @@ func (x *DescribeClassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClassResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClassResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DescribeClassResponse) GetClass() *LockClass {
@@ -1134,7 +1339,7 @@ type LockClass struct {
 
 func (x *LockClass) Reset() {
 	*x = LockClass{}
-	mi := &file_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1351,7 @@ func (x *LockClass) String() string {
 func (*LockClass) ProtoMessage() {}
 
 func (x *LockClass) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[18]
+	mi := &file_lock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1364,7 @@ func (x *LockClass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockClass.ProtoReflect.Descriptor instead.
 func (*LockClass) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockClass) GetNamespace() string {
@@ -1250,7 +1455,7 @@ type ListClassesRequest struct {
 
 func (x *ListClassesRequest) Reset() {
 	*x = ListClassesRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1467,7 @@ func (x *ListClassesRequest) String() string {
 func (*ListClassesRequest) ProtoMessage() {}
 
 func (x *ListClassesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[19]
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1480,7 @@ func (x *ListClassesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClassesRequest.ProtoReflect.Descriptor instead.
 func (*ListClassesRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListClassesRequest) GetNamespace() string {
@@ -1296,7 +1501,7 @@ type ListClassesResponse struct {
 
 func (x *ListClassesResponse) Reset() {
 	*x = ListClassesResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1513,7 @@ func (x *ListClassesResponse) String() string {
 func (*ListClassesResponse) ProtoMessage() {}
 
 func (x *ListClassesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1526,7 @@ func (x *ListClassesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClassesResponse.ProtoReflect.Descriptor instead.
 func (*ListClassesResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListClassesResponse) GetClasses() []*LockClass {
@@ -1348,7 +1553,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1565,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1578,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -1417,7 +1622,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1634,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1647,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AcquireResponse) GetToken() *Token {
@@ -1474,7 +1679,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1691,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1704,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseRequest) GetSessionId() int64 {
@@ -1534,7 +1739,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1751,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1764,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1580,7 +1785,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1797,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1810,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -1640,7 +1845,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1857,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1870,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Hold) GetKey() string {
@@ -1739,7 +1944,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1956,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1969,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -1801,7 +2006,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2018,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2031,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListHoldsRequest) GetPrefix() string {
@@ -1856,7 +2061,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2073,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2086,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -1907,7 +2112,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2124,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2137,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 // Session describes one session.
@@ -1958,7 +2163,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2175,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2188,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Session) GetSessionId() int64 {
@@ -2046,7 +2251,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2263,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2276,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2090,7 +2295,7 @@ type EpochStatusRequest struct {
 
 func (x *EpochStatusRequest) Reset() {
 	*x = EpochStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2307,7 @@ func (x *EpochStatusRequest) String() string {
 func (*EpochStatusRequest) ProtoMessage() {}
 
 func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2320,7 @@ func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusRequest.ProtoReflect.Descriptor instead.
 func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 // EpochStatusResponse reports the epoch.
@@ -2127,18 +2332,26 @@ type EpochStatusResponse struct {
 	RecordClusterId uint64 `protobuf:"varint,2,opt,name=record_cluster_id,json=recordClusterId,proto3" json:"record_cluster_id,omitempty"`
 	// The cluster ID the store reports now.
 	StoreClusterId uint64 `protobuf:"varint,3,opt,name=store_cluster_id,json=storeClusterId,proto3" json:"store_cluster_id,omitempty"`
-	// True when they differ: the store was restored and every grant is refused
-	// until the epoch advances.
+	// True when every grant is refused until the epoch advances: the cluster
+	// IDs differ (a restore), the store has no epoch record, or the store is
+	// behind what lockd has served (sealed_reason says which).
 	Sealed bool `protobuf:"varint,4,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	// The store's current revision.
-	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Why the arbiter is sealed, in words; empty when not sealed.
+	SealedReason string `protobuf:"bytes,6,opt,name=sealed_reason,json=sealedReason,proto3" json:"sealed_reason,omitempty"`
+	// True when the store has no epoch record at all.
+	RecordMissing bool `protobuf:"varint,7,opt,name=record_missing,json=recordMissing,proto3" json:"record_missing,omitempty"`
+	// The highest epoch this arbiter has seen (its memory and its data dir):
+	// an advance must move above it.
+	HighestEpoch  uint32 `protobuf:"varint,8,opt,name=highest_epoch,json=highestEpoch,proto3" json:"highest_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochStatusResponse) Reset() {
 	*x = EpochStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2363,7 @@ func (x *EpochStatusResponse) String() string {
 func (*EpochStatusResponse) ProtoMessage() {}
 
 func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2376,7 @@ func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusResponse.ProtoReflect.Descriptor instead.
 func (*EpochStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EpochStatusResponse) GetEpoch() uint32 {
@@ -2201,6 +2414,27 @@ func (x *EpochStatusResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *EpochStatusResponse) GetSealedReason() string {
+	if x != nil {
+		return x.SealedReason
+	}
+	return ""
+}
+
+func (x *EpochStatusResponse) GetRecordMissing() bool {
+	if x != nil {
+		return x.RecordMissing
+	}
+	return false
+}
+
+func (x *EpochStatusResponse) GetHighestEpoch() uint32 {
+	if x != nil {
+		return x.HighestEpoch
+	}
+	return 0
+}
+
 // AdvanceEpochRequest states the epoch the operator expects to advance from.
 type AdvanceEpochRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2214,7 +2448,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2460,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2473,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -2271,7 +2505,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2517,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2530,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -2323,17 +2557,23 @@ func (x *AdvanceEpochResponse) GetHoldsDeleted() int64 {
 // RequestEpochAdvanceRequest names the epoch to advance from and says why.
 type RequestEpochAdvanceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The current epoch (see EpochStatus).
+	// The current epoch (see EpochStatus); 0 when the store has no epoch
+	// record (a store rebuilt empty), which to_epoch must then name.
 	FromEpoch uint32 `protobuf:"varint,1,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
 	// Why; required.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The epoch to move to. 0 means from_epoch + 1. It must be above every
+	// epoch this lockd has seen (EpochStatus.highest_epoch) and, for a store
+	// without a record, above every epoch ever issued on the key space: the
+	// operators state it (docs/operating.md says where to find it).
+	ToEpoch       uint32 `protobuf:"varint,3,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RequestEpochAdvanceRequest) Reset() {
 	*x = RequestEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2585,7 @@ func (x *RequestEpochAdvanceRequest) String() string {
 func (*RequestEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2598,7 @@ func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
@@ -2375,22 +2615,31 @@ func (x *RequestEpochAdvanceRequest) GetReason() string {
 	return ""
 }
 
+func (x *RequestEpochAdvanceRequest) GetToEpoch() uint32 {
+	if x != nil {
+		return x.ToEpoch
+	}
+	return 0
+}
+
 // RequestEpochAdvanceResponse is the pending request.
 type RequestEpochAdvanceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Request id, for ApproveEpochAdvance.
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	FromEpoch     uint32                 `protobuf:"varint,2,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
-	Requester     string                 `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromEpoch uint32                 `protobuf:"varint,2,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	Requester string                 `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	Reason    string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The epoch the approval moves to.
+	ToEpoch       uint32 `protobuf:"varint,6,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RequestEpochAdvanceResponse) Reset() {
 	*x = RequestEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2651,7 @@ func (x *RequestEpochAdvanceResponse) String() string {
 func (*RequestEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2664,7 @@ func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RequestEpochAdvanceResponse) GetId() string {
@@ -2453,6 +2702,13 @@ func (x *RequestEpochAdvanceResponse) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RequestEpochAdvanceResponse) GetToEpoch() uint32 {
+	if x != nil {
+		return x.ToEpoch
+	}
+	return 0
+}
+
 // ApproveEpochAdvanceRequest names a pending request.
 type ApproveEpochAdvanceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2464,7 +2720,7 @@ type ApproveEpochAdvanceRequest struct {
 
 func (x *ApproveEpochAdvanceRequest) Reset() {
 	*x = ApproveEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2732,7 @@ func (x *ApproveEpochAdvanceRequest) String() string {
 func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2745,7 @@ func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ApproveEpochAdvanceRequest) GetId() string {
@@ -2514,7 +2770,7 @@ type ApproveEpochAdvanceResponse struct {
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
 	*x = ApproveEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2782,7 @@ func (x *ApproveEpochAdvanceResponse) String() string {
 func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2795,7 @@ func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
@@ -2586,7 +2842,7 @@ type ClassStatsRequest struct {
 
 func (x *ClassStatsRequest) Reset() {
 	*x = ClassStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2854,7 @@ func (x *ClassStatsRequest) String() string {
 func (*ClassStatsRequest) ProtoMessage() {}
 
 func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2867,7 @@ func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsRequest.ProtoReflect.Descriptor instead.
 func (*ClassStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 // ClassStatsResponse holds per-class statistics of the lockd answering.
@@ -2625,7 +2881,7 @@ type ClassStatsResponse struct {
 
 func (x *ClassStatsResponse) Reset() {
 	*x = ClassStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2893,7 @@ func (x *ClassStatsResponse) String() string {
 func (*ClassStatsResponse) ProtoMessage() {}
 
 func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2906,7 @@ func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsResponse.ProtoReflect.Descriptor instead.
 func (*ClassStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClassStatsResponse) GetStats() []*ClassStat {
@@ -2678,7 +2934,7 @@ type ClassStat struct {
 
 func (x *ClassStat) Reset() {
 	*x = ClassStat{}
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2946,7 @@ func (x *ClassStat) String() string {
 func (*ClassStat) ProtoMessage() {}
 
 func (x *ClassStat) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2959,7 @@ func (x *ClassStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStat.ProtoReflect.Descriptor instead.
 func (*ClassStat) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClassStat) GetNamespace() string {
@@ -2761,7 +3017,7 @@ type ValidateTokenRequest struct {
 
 func (x *ValidateTokenRequest) Reset() {
 	*x = ValidateTokenRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +3029,7 @@ func (x *ValidateTokenRequest) String() string {
 func (*ValidateTokenRequest) ProtoMessage() {}
 
 func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +3042,7 @@ func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ValidateTokenRequest) GetKey() string {
@@ -2821,7 +3077,7 @@ type ValidateTokenResponse struct {
 
 func (x *ValidateTokenResponse) Reset() {
 	*x = ValidateTokenResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3089,7 @@ func (x *ValidateTokenResponse) String() string {
 func (*ValidateTokenResponse) ProtoMessage() {}
 
 func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3102,7 @@ func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ValidateTokenResponse) GetValid() bool {
@@ -2932,12 +3188,16 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"u\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xa5\x01\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\rR\x05epoch\"4\n" +
+	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12.\n" +
+	"\aremoved\x18\x04 \x03(\v2\x14.lock.v1.RemovedHoldR\aremoved\"D\n" +
+	"\vRemovedHold\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
+	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"\x16\n" +
@@ -3017,13 +3277,16 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\tremaining\x18\a \x01(\v2\x19.google.protobuf.DurationR\tremaining\"D\n" +
 	"\x14ListSessionsResponse\x12,\n" +
 	"\bsessions\x18\x01 \x03(\v2\x10.lock.v1.SessionR\bsessions\"\x14\n" +
-	"\x12EpochStatusRequest\"\xb5\x01\n" +
+	"\x12EpochStatusRequest\"\xa6\x02\n" +
 	"\x13EpochStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12*\n" +
 	"\x11record_cluster_id\x18\x02 \x01(\x04R\x0frecordClusterId\x12(\n" +
 	"\x10store_cluster_id\x18\x03 \x01(\x04R\x0estoreClusterId\x12\x16\n" +
 	"\x06sealed\x18\x04 \x01(\bR\x06sealed\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"L\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
+	"\rsealed_reason\x18\x06 \x01(\tR\fsealedReason\x12%\n" +
+	"\x0erecord_missing\x18\a \x01(\bR\rrecordMissing\x12#\n" +
+	"\rhighest_epoch\x18\b \x01(\rR\fhighestEpoch\"L\n" +
 	"\x13AdvanceEpochRequest\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x01 \x01(\rR\tfromEpoch\x12\x16\n" +
@@ -3032,11 +3295,12 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
-	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\"S\n" +
+	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\"n\n" +
 	"\x1aRequestEpochAdvanceRequest\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x01 \x01(\rR\tfromEpoch\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xbd\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
+	"\bto_epoch\x18\x03 \x01(\rR\atoEpoch\"\xd8\x01\n" +
 	"\x1bRequestEpochAdvanceResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -3044,7 +3308,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\trequester\x18\x03 \x01(\tR\trequester\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\",\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n" +
+	"\bto_epoch\x18\x06 \x01(\rR\atoEpoch\",\n" +
 	"\x1aApproveEpochAdvanceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xb1\x01\n" +
 	"\x1bApproveEpochAdvanceResponse\x12\x14\n" +
@@ -3071,7 +3336,31 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.lock.v1.TokenStateR\x05state\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12#\n" +
-	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\x95\x01\n" +
+	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\x8b\x05\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
+	"\x11ERROR_REASON_LEAK\x10\x02\x12\x17\n" +
+	"\x13ERROR_REASON_SEALED\x10\x03\x12\x1c\n" +
+	"\x18ERROR_REASON_EPOCH_GRACE\x10\x04\x12\x1c\n" +
+	"\x18ERROR_REASON_SESSION_TTL\x10\x05\x12\"\n" +
+	"\x1eERROR_REASON_SESSION_NOT_FOUND\x10\x06\x12\x1c\n" +
+	"\x18ERROR_REASON_STALE_TOKEN\x10\a\x12\x17\n" +
+	"\x13ERROR_REASON_DENIED\x10\b\x12\x18\n" +
+	"\x14ERROR_REASON_INVALID\x10\t\x12\x1c\n" +
+	"\x18ERROR_REASON_UNAVAILABLE\x10\n" +
+	"\x12\x16\n" +
+	"\x12ERROR_REASON_QUOTA\x10\v\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\f\x12\x1b\n" +
+	"\x17ERROR_REASON_SUPERSEDED\x10\r\x12\x1d\n" +
+	"\x19ERROR_REASON_NOT_OPERATOR\x10\x0e\x12\x1c\n" +
+	"\x18ERROR_REASON_SAME_PERSON\x10\x0f\x12\x1d\n" +
+	"\x19ERROR_REASON_HOLD_CHANGED\x10\x10\x12\x1c\n" +
+	"\x18ERROR_REASON_EPOCH_MOVED\x10\x11\x12 \n" +
+	"\x1cERROR_REASON_EPOCH_EXHAUSTED\x10\x12\x12\x19\n" +
+	"\x15ERROR_REASON_NOT_HELD\x10\x13\x12\"\n" +
+	"\x1eERROR_REASON_REQUEST_NOT_FOUND\x10\x14\x12\x19\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x15*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3115,137 +3404,140 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_lock_v1_lock_proto_rawDescData
 }
 
-var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_lock_v1_lock_proto_goTypes = []any{
-	(TokenState)(0),                     // 0: lock.v1.TokenState
-	(*ForceRelease)(nil),                // 1: lock.v1.ForceRelease
-	(*RequestForceReleaseRequest)(nil),  // 2: lock.v1.RequestForceReleaseRequest
-	(*RequestForceReleaseResponse)(nil), // 3: lock.v1.RequestForceReleaseResponse
-	(*ApproveForceReleaseRequest)(nil),  // 4: lock.v1.ApproveForceReleaseRequest
-	(*ApproveForceReleaseResponse)(nil), // 5: lock.v1.ApproveForceReleaseResponse
-	(*DenyForceReleaseRequest)(nil),     // 6: lock.v1.DenyForceReleaseRequest
-	(*DenyForceReleaseResponse)(nil),    // 7: lock.v1.DenyForceReleaseResponse
-	(*ListForceReleasesRequest)(nil),    // 8: lock.v1.ListForceReleasesRequest
-	(*ListForceReleasesResponse)(nil),   // 9: lock.v1.ListForceReleasesResponse
-	(*Token)(nil),                       // 10: lock.v1.Token
-	(*OpenSessionRequest)(nil),          // 11: lock.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),         // 12: lock.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),            // 13: lock.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),           // 14: lock.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),         // 15: lock.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),        // 16: lock.v1.CloseSessionResponse
-	(*DescribeClassRequest)(nil),        // 17: lock.v1.DescribeClassRequest
-	(*DescribeClassResponse)(nil),       // 18: lock.v1.DescribeClassResponse
-	(*LockClass)(nil),                   // 19: lock.v1.LockClass
-	(*ListClassesRequest)(nil),          // 20: lock.v1.ListClassesRequest
-	(*ListClassesResponse)(nil),         // 21: lock.v1.ListClassesResponse
-	(*AcquireRequest)(nil),              // 22: lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),             // 23: lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),              // 24: lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),             // 25: lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),              // 26: lock.v1.InspectRequest
-	(*Hold)(nil),                        // 27: lock.v1.Hold
-	(*InspectResponse)(nil),             // 28: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),            // 29: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),           // 30: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),         // 31: lock.v1.ListSessionsRequest
-	(*Session)(nil),                     // 32: lock.v1.Session
-	(*ListSessionsResponse)(nil),        // 33: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),          // 34: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),         // 35: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),         // 36: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 37: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 38: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 39: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 40: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 41: lock.v1.ApproveEpochAdvanceResponse
-	(*ClassStatsRequest)(nil),           // 42: lock.v1.ClassStatsRequest
-	(*ClassStatsResponse)(nil),          // 43: lock.v1.ClassStatsResponse
-	(*ClassStat)(nil),                   // 44: lock.v1.ClassStat
-	(*ValidateTokenRequest)(nil),        // 45: lock.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil),       // 46: lock.v1.ValidateTokenResponse
-	(*timestamppb.Timestamp)(nil),       // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
+	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
+	(TokenState)(0),                     // 1: lock.v1.TokenState
+	(*ForceRelease)(nil),                // 2: lock.v1.ForceRelease
+	(*RequestForceReleaseRequest)(nil),  // 3: lock.v1.RequestForceReleaseRequest
+	(*RequestForceReleaseResponse)(nil), // 4: lock.v1.RequestForceReleaseResponse
+	(*ApproveForceReleaseRequest)(nil),  // 5: lock.v1.ApproveForceReleaseRequest
+	(*ApproveForceReleaseResponse)(nil), // 6: lock.v1.ApproveForceReleaseResponse
+	(*DenyForceReleaseRequest)(nil),     // 7: lock.v1.DenyForceReleaseRequest
+	(*DenyForceReleaseResponse)(nil),    // 8: lock.v1.DenyForceReleaseResponse
+	(*ListForceReleasesRequest)(nil),    // 9: lock.v1.ListForceReleasesRequest
+	(*ListForceReleasesResponse)(nil),   // 10: lock.v1.ListForceReleasesResponse
+	(*Token)(nil),                       // 11: lock.v1.Token
+	(*OpenSessionRequest)(nil),          // 12: lock.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),         // 13: lock.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),            // 14: lock.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),           // 15: lock.v1.KeepAliveResponse
+	(*RemovedHold)(nil),                 // 16: lock.v1.RemovedHold
+	(*CloseSessionRequest)(nil),         // 17: lock.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),        // 18: lock.v1.CloseSessionResponse
+	(*DescribeClassRequest)(nil),        // 19: lock.v1.DescribeClassRequest
+	(*DescribeClassResponse)(nil),       // 20: lock.v1.DescribeClassResponse
+	(*LockClass)(nil),                   // 21: lock.v1.LockClass
+	(*ListClassesRequest)(nil),          // 22: lock.v1.ListClassesRequest
+	(*ListClassesResponse)(nil),         // 23: lock.v1.ListClassesResponse
+	(*AcquireRequest)(nil),              // 24: lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),             // 25: lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),              // 26: lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),             // 27: lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),              // 28: lock.v1.InspectRequest
+	(*Hold)(nil),                        // 29: lock.v1.Hold
+	(*InspectResponse)(nil),             // 30: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 31: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 32: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 33: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 34: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 35: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 36: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 37: lock.v1.EpochStatusResponse
+	(*AdvanceEpochRequest)(nil),         // 38: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 39: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 40: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 41: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 42: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 43: lock.v1.ApproveEpochAdvanceResponse
+	(*ClassStatsRequest)(nil),           // 44: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 45: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 46: lock.v1.ClassStat
+	(*ValidateTokenRequest)(nil),        // 47: lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil),       // 48: lock.v1.ValidateTokenResponse
+	(*timestamppb.Timestamp)(nil),       // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 50: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	47, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	47, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	47, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	1,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	1,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
-	1,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	48, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	48, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	48, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	19, // 10: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	48, // 11: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	47, // 12: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
-	19, // 13: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	48, // 14: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	10, // 15: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	47, // 16: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	47, // 17: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	48, // 18: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	10, // 19: lock.v1.Hold.token:type_name -> lock.v1.Token
-	27, // 20: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	27, // 21: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	48, // 22: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	47, // 23: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	47, // 24: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	48, // 25: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	32, // 26: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	47, // 27: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	44, // 28: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	48, // 29: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	48, // 30: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	0,  // 31: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	11, // 32: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	13, // 33: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	15, // 34: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	17, // 35: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	22, // 36: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	24, // 37: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	26, // 38: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	29, // 39: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	31, // 40: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	20, // 41: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	42, // 42: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	45, // 43: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	34, // 44: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	36, // 45: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	38, // 46: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	40, // 47: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	2,  // 48: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	4,  // 49: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	6,  // 50: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	8,  // 51: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	12, // 52: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	14, // 53: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	16, // 54: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	18, // 55: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	23, // 56: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	25, // 57: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	28, // 58: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	30, // 59: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	33, // 60: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	21, // 61: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	43, // 62: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	46, // 63: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	35, // 64: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	37, // 65: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	39, // 66: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	41, // 67: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	3,  // 68: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	5,  // 69: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	7,  // 70: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	9,  // 71: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	52, // [52:72] is the sub-list for method output_type
-	32, // [32:52] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	49, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	49, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	49, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
+	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
+	50, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	50, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	50, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
+	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
+	50, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	49, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
+	50, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	49, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	49, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	50, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
+	29, // 21: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	29, // 22: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	50, // 23: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	49, // 24: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	49, // 25: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	50, // 26: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	34, // 27: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	49, // 28: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	46, // 29: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	50, // 30: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	50, // 31: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 32: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	12, // 33: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 34: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 35: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 36: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 37: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 38: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 39: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	31, // 40: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	33, // 41: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 42: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	44, // 43: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	47, // 44: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	36, // 45: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	38, // 46: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	40, // 47: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	42, // 48: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 49: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 50: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 51: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 52: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 53: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 54: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 55: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 56: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 57: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 58: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	30, // 59: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	32, // 60: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	35, // 61: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 62: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	45, // 63: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	48, // 64: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	37, // 65: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	39, // 66: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	41, // 67: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	43, // 68: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 69: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 70: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 71: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 72: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	53, // [53:73] is the sub-list for method output_type
+	33, // [33:53] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -3258,8 +3550,8 @@ func file_lock_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   46,
+			NumEnums:      2,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -97,7 +97,13 @@ func Start(ctx context.Context, c Config) (*Rig, error) {
 		}
 		r.etcd = cl
 		r.EtcdEndpoints = cl.Endpoints()
-		l.Args = append(l.Args, "--etcd-endpoints", strings.Join(r.EtcdEndpoints, ","))
+		id, err := cl.ID(ctx)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		// A first deployment on a new cluster: lockd creates epoch 1.
+		l.Args = append(l.Args, "--etcd-endpoints", strings.Join(r.EtcdEndpoints, ","), "--bootstrap-epoch-cluster-id", id)
 	default:
 		return nil, fmt.Errorf("%w: mode must be %s or %s, got %q", ErrStart, Embedded, External, c.Mode)
 	}

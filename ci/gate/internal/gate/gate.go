@@ -191,6 +191,10 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	if err != nil {
 		return err
 	}
+	clusterID, err := r.cl.ID(ctx)
+	if err != nil {
+		return err
+	}
 	for i := range o.Arbiters {
 		a := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", aports[2*i]), Metrics: fmt.Sprintf("127.0.0.1:%d", aports[2*i+1])}
 		a.Name = fmt.Sprintf("lockd-%d", i)
@@ -198,7 +202,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
 		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
 			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
-			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s"}
+			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s",
+			// A first deployment: epoch 1 on this cluster only. After the
+			// store-rebuild fault (same cluster ID, empty store) it does
+			// nothing: every lockd's data dir then records an epoch.
+			"--bootstrap-epoch-cluster-id", clusterID}
 		if err := a.Start(); err != nil {
 			return err
 		}
