@@ -9,12 +9,24 @@
 //   - At the local deadline (the monotonic send time of the last successful
 //     keepalive + TTL − 1s) the lock is lost: onFence runs and Done closes.
 //     Because the deadline counts from the send time, it passes before the
-//     store can expire the session for that keepalive.
+//     store can expire the session for that keepalive. The deadline has its
+//     own timer: no RPC in flight, hung or not, can delay it.
+//   - When lockd says the hold is gone before the deadline — the session
+//     expired, operators released it by force, or the epoch advanced after a
+//     restore — onFence runs as soon as the answer arrives (Err says which).
 //
 // Neither stage can stop a holder that is paused (GC, SIGSTOP, a VM freeze)
 // past its deadline: only a resource that compares Token on its write — a
 // fenced class — rejects such a late write. For an advisory class the token
 // orders grants and nothing more.
+//
+// Every Acquire returns its own *Lock, even for a key the client already
+// holds on the same session (a re-entrant acquire, counted locally); each is
+// released on its own, and each acquirer still holding is told of a loss.
+// A release or an acquire whose outcome is unknown (a timeout, a broken
+// connection) is resolved by the client in the background with its own
+// bounded context; if it cannot learn the outcome it ends the session
+// rather than renew a hold nobody knows about.
 package client
 
 import (
@@ -28,33 +40,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/pkg/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
-)
-
-// Lost reasons and client errors.
-var (
-	// ErrExpired: lockd answered a keepalive with an expired session; every
-	// hold of the session is gone.
-	ErrExpired = errors.New("client: lock lost: session expired")
-	// ErrDeadline: no keepalive succeeded in time (lockd or etcd
-	// unreachable); the local deadline passed and the holder must stop.
-	ErrDeadline = errors.New("client: lock lost: local deadline passed without a successful keepalive")
-	// ErrEpoch: the store was restored and an operator advanced the epoch;
-	// every hold of the earlier epoch is gone. Acquire again.
-	ErrEpoch = errors.New("client: lock lost: the store was restored and the epoch advanced")
-	// ErrReleased: the lock was released by its holder.
-	ErrReleased = errors.New("client: lock released")
-	// ErrClosed: the client was closed.
-	ErrClosed = errors.New("client: closed")
-	// ErrNoFence: Acquire needs an onFence callback.
-	ErrNoFence = errors.New("client: onFence is required: it is how the holder learns to stop")
 )
 
 type options struct {
@@ -130,21 +121,18 @@ type Client struct {
 	admin lockv1.AdminServiceClient
 	log   *slog.Logger
 	now   func() time.Time
+	ka    *keepalives
 
+	// ctx ends when the client is closed; background work uses it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     sync.WaitGroup
 
+	// mu guards the fields below. It is never held across an RPC.
 	mu       sync.Mutex
 	sessions map[time.Duration]*session // by TTL
 	classTTL map[string]time.Duration   // "ns/name" -> TTL
-	holds    map[holdID]*Lock
-	ka       *kaStream
 	closed   bool
-}
-
-type holdID struct {
-	session int64
-	key     string
 }
 
 // New connects to lockd. Nothing is sent until the first call.
@@ -176,11 +164,13 @@ func New(opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: dial %s: %w", o.target, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		conn: conn, lock: lockv1.NewLockServiceClient(conn), admin: lockv1.NewAdminServiceClient(conn),
 		log: o.log, now: o.now, ctx: ctx, cancel: cancel,
-		sessions: map[time.Duration]*session{}, classTTL: map[string]time.Duration{}, holds: map[holdID]*Lock{},
-	}, nil
+		sessions: map[time.Duration]*session{}, classTTL: map[string]time.Duration{},
+	}
+	c.ka = newKeepalives(c)
+	return c, nil
 }
 
 // LockService returns the raw lock.v1 client (for inspection tools).
@@ -189,7 +179,12 @@ func (c *Client) LockService() lockv1.LockServiceClient { return c.lock }
 // AdminService returns the raw lock.v1 admin client.
 func (c *Client) AdminService() lockv1.AdminServiceClient { return c.admin }
 
-// Close closes every session (releasing its holds) and the connection.
+// closeTimeout bounds Close's calls to lockd.
+const closeTimeout = 5 * time.Second
+
+// Close closes every session (releasing its holds at lockd) and the
+// connection. Locks still held end with ErrClosed; their onFence does not
+// run.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -202,13 +197,15 @@ func (c *Client) Close() error {
 		sessions = append(sessions, s)
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	for _, s := range sessions {
 		s.lose(ErrClosed, false)
 		_, _ = c.lock.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: s.id})
 	}
 	c.cancel()
+	c.ka.close()
+	c.bg.Wait()
 	return c.conn.Close()
 }
 
@@ -220,11 +217,24 @@ type acquireOptions struct{ wait time.Duration }
 // Wait waits up to d in line for the key (default: try once).
 func Wait(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.wait = d } }
 
+// acquireSlack is how much longer than the wait an Acquire RPC may take
+// when the caller's context has no earlier deadline: every call is bounded.
+const acquireSlack = 10 * time.Second
+
 // Acquire takes key under class. onFence is required: it runs (once, on its
-// own goroutine) when the lock is lost by expiry or at the local deadline,
-// and the holder must stop acting on the guarded resource. Acquiring a key
-// this client already holds in the same session increments a count instead
-// of calling lockd; only the final Release reaches lockd.
+// own goroutine) when the lock is lost by expiry, force-release, an epoch
+// advance or at the local deadline, and the holder must stop acting on the
+// guarded resource.
+//
+// Acquiring a key this client already holds in the same session returns a
+// new *Lock for the same hold without calling lockd; the hold ends at lockd
+// when the last of its Locks is released. An Acquire of a key whose release
+// (or whose earlier unknown acquire) is still being settled waits for that,
+// then asks lockd for a new grant. ctx bounds the whole call.
+//
+// When the outcome is unknown (an error for which Definite is false), the
+// hold may exist at lockd: the client finds out and releases it in the
+// background, and a later Acquire of the key waits for that.
 func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*Lock), opts ...AcquireOption) (*Lock, error) {
 	if onFence == nil {
 		return nil, ErrNoFence
@@ -237,34 +247,79 @@ func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*L
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
+	retried := false
+	for {
 		s, err := c.session(ctx, ttl)
 		if err != nil {
 			return nil, err
 		}
-		if l := c.reenter(s, key); l != nil {
-			return l, nil
+		h, l, err := s.enter(ctx, key, class, onFence)
+		if errors.Is(err, errSessionLost) {
+			continue // lost while we looked: the next call opens another
 		}
-		resp, err := c.lock.Acquire(ctx, &lockv1.AcquireRequest{
-			SessionId: s.id, Key: key, Class: class, Wait: durationpb.New(ao.wait),
-		})
 		if err != nil {
-			code := status.Code(err)
-			if attempt == 0 && code == codes.NotFound {
-				s.lose(ErrExpired, true) // the session is gone: open another
-				continue
-			}
-			if attempt == 0 && code == codes.FailedPrecondition && strings.Contains(err.Error(), "session TTL") {
-				c.forgetClass(key, class)
-				if ttl, err = c.ttlOf(ctx, key, class); err != nil {
-					return nil, err
-				}
-				continue
-			}
 			return nil, err
 		}
-		return c.register(s, key, class, resp.GetToken(), onFence), nil
+		if l != nil {
+			return l, nil // re-entrant: the hold is this session's already
+		}
+		l, err = c.grant(ctx, s, h, ao.wait, onFence)
+		if err == nil {
+			return l, nil
+		}
+		switch {
+		case !retried && errors.Is(err, ErrSessionNotFound):
+			s.lose(ErrExpired, true) // the session is gone at lockd: open another
+		case !retried && errors.Is(err, ErrSessionTTL):
+			c.forgetClass(key, class) // the class TTL changed: look it up again
+			if ttl, err = c.ttlOf(ctx, key, class); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
+		retried = true
 	}
+}
+
+// grant asks lockd for the hold h stands for and settles h with the answer.
+func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Duration, onFence func(*Lock)) (*Lock, error) {
+	rctx, cancel := context.WithTimeout(ctx, wait+acquireSlack)
+	defer cancel()
+	resp, err := c.lock.Acquire(rctx, &lockv1.AcquireRequest{
+		SessionId: s.id, Key: h.key, Class: h.class, Wait: durationpb.New(wait),
+	})
+	err = decode(err)
+	switch {
+	case err == nil:
+		return s.granted(h, resp.GetToken(), onFence), nil
+	case Definite(err):
+		s.settle(h) // lockd refused: nothing was granted
+		return nil, err
+	default:
+		// Unknown: lockd may have granted it on this session. Find out and
+		// release it; until then, acquires of the key on this session wait.
+		if !c.background(func() { s.resolveAcquire(h) }) {
+			s.settle(h) // closed: Close ends the session at lockd
+		}
+		return nil, err
+	}
+}
+
+// background runs f on its own goroutine; Close waits for it. It runs
+// nothing and returns false once the client is closed.
+func (c *Client) background(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+	return true
 }
 
 func classRef(key, class string) string {
@@ -293,7 +348,7 @@ func (c *Client) ttlOf(ctx context.Context, key, class string) (time.Duration, e
 	ns, name, _ := strings.Cut(ref, "/")
 	resp, err := c.lock.DescribeClass(ctx, &lockv1.DescribeClassRequest{Namespace: ns, Name: name})
 	if err != nil {
-		return 0, err
+		return 0, decode(err)
 	}
 	ttl = resp.GetClass().GetTtl().AsDuration()
 	c.mu.Lock()
@@ -302,167 +357,12 @@ func (c *Client) ttlOf(ctx context.Context, key, class string) (time.Duration, e
 	return ttl, nil
 }
 
-func (c *Client) reenter(s *session, key string) *Lock {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l := c.holds[holdID{s.id, key}]
-	if l == nil {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return nil
-	}
-	l.count++
-	return l
-}
-
-func (c *Client) register(s *session, key, class string, tok *lockv1.Token, onFence func(*Lock)) *Lock {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	id := holdID{s.id, key}
-	if l := c.holds[id]; l != nil && l.token == tok.GetValue() && l.Err() == nil {
-		l.mu.Lock()
-		l.count++
-		l.mu.Unlock()
-		return l
-	}
-	l := &Lock{c: c, s: s, key: key, class: class, token: tok.GetValue(), epoch: tok.GetEpoch(),
-		onFence: onFence, done: make(chan struct{}), count: 1}
-	c.holds[id] = l
-	s.mu.Lock()
-	s.locks[key] = l
-	lost := s.lost
-	s.mu.Unlock()
-	if lost != nil {
-		l.lose(lost, true)
-	}
-	return l
-}
-
-// Lock is a granted hold.
-type Lock struct {
-	c       *Client
-	s       *session
-	key     string
-	class   string
-	token   uint64
-	epoch   uint32
-	onFence func(*Lock)
-	done    chan struct{}
-
-	mu    sync.Mutex
-	count int
-	err   error
-}
-
-// Key is the locked key.
-func (l *Lock) Key() string { return l.key }
-
-// Class is the class the lock was acquired under.
-func (l *Lock) Class() string { return l.class }
-
-// Token is the fencing token: present it on every write to the guarded
-// resource, which must reject a token not greater than the last it
-// accepted. Never log it.
-func (l *Lock) Token() uint64 { return l.token }
-
-// Epoch is the token's epoch (diagnostics).
-func (l *Lock) Epoch() uint32 { return l.epoch }
-
-// CanStart reports whether a new unit of work may start: false from the
-// first failed keepalive, and once the lock is lost or released.
-func (l *Lock) CanStart() bool {
-	if l.Err() != nil {
-		return false
-	}
-	return l.s.healthy()
-}
-
-// RemainingTTL is the time left before the local deadline.
-func (l *Lock) RemainingTTL() time.Duration {
-	if l.Err() != nil {
-		return 0
-	}
-	return l.s.remaining()
-}
-
-// Done is closed when the lock is lost or released.
-func (l *Lock) Done() <-chan struct{} { return l.done }
-
-// Err is why the lock ended: ErrExpired, ErrDeadline, ErrReleased,
-// ErrClosed; nil while held.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// lose ends the lock with err; fence says whether onFence runs.
-func (l *Lock) lose(err error, fence bool) {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	l.err = err
-	close(l.done)
-	l.mu.Unlock()
-	l.c.mu.Lock()
-	if cur := l.c.holds[holdID{l.s.id, l.key}]; cur == l {
-		delete(l.c.holds, holdID{l.s.id, l.key})
-	}
-	l.c.mu.Unlock()
-	if fence {
-		go l.onFence(l)
-	}
-}
-
-// Release drops one count; the final release ends the hold at lockd. A
-// release of a lock already lost returns its lost reason.
-func (l *Lock) Release(ctx context.Context) error {
-	_, err := l.ReleaseHeld(ctx)
-	return err
-}
-
-// ReleaseHeld is Release that also reports whether lockd still held the
-// lock with this token when the final release reached it. False with a nil
-// error means the hold had already ended (it expired, or was removed) before
-// the release: work done since the last CanStart may have overlapped another
-// holder's, which only the resource's fence can have stopped. A nested
-// (non-final) release reports true.
-func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		if errors.Is(err, ErrReleased) {
-			return false, nil
-		}
-		return false, err
-	}
-	l.count--
-	if l.count > 0 {
-		l.mu.Unlock()
-		return true, nil
-	}
-	l.mu.Unlock()
-	resp, err := l.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: l.s.id, Key: l.key, Token: l.token})
-	l.s.mu.Lock()
-	if l.s.locks[l.key] == l {
-		delete(l.s.locks, l.key)
-	}
-	l.s.mu.Unlock()
-	l.lose(ErrReleased, false)
-	return resp.GetReleased(), err
-}
-
 // ValidateToken asks lockd whether tok is the current grant's token for
 // key. The answer is a linearizable read and is NOT atomic with the
 // caller's next write: use it only for resources that cannot compare a
 // fence in their own conditional write. Calls are rate-limited per
-// identity (codes.ResourceExhausted).
+// identity (ErrRateLimited).
 func (c *Client) ValidateToken(ctx context.Context, key string, tok uint64) (*lockv1.ValidateTokenResponse, error) {
-	return c.lock.ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: tok})
+	resp, err := c.lock.ValidateToken(ctx, &lockv1.ValidateTokenRequest{Key: key, Token: tok})
+	return resp, decode(err)
 }

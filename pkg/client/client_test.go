@@ -171,14 +171,20 @@ func TestReentrantAcquireCountsLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2, err := c.Acquire(t.Context(), "t/re", "std", nofence)
-	if err != nil || l2 != l1 {
-		t.Fatalf("nested acquire: %v (same lock %v)", err, l2 == l1)
+	if err != nil || l2.Token() != l1.Token() {
+		t.Fatalf("nested acquire: %v (same hold %v)", err, err == nil && l2.Token() == l1.Token())
 	}
 	if err := l2.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := env.Backend.Client.Get(t.Context(), "/l/t/re"); len(got.Kvs) != 1 {
 		t.Fatal("inner release reached lockd")
+	}
+	// Each acquirer has its own Lock: the released one has ended, the
+	// other still holds.
+	if l2.CanStart() || l2.Err() != client.ErrReleased || !l1.CanStart() || l1.Err() != nil {
+		t.Fatalf("after the inner release: inner CanStart %v Err %v, outer CanStart %v Err %v",
+			l2.CanStart(), l2.Err(), l1.CanStart(), l1.Err())
 	}
 	if err := l1.Release(t.Context()); err != nil {
 		t.Fatal(err)

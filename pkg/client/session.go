@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -23,17 +22,17 @@ type session struct {
 
 	mu       sync.Mutex
 	lastOK   time.Time // send time of the last successful keepalive
+	lastSent time.Time // send time of the newest keepalive
+	lastAns  time.Time // send time of the newest keepalive answered
 	degraded bool      // a keepalive failed since the last success
-	lost     error
-	locks    map[string]*Lock
-	resp     chan kaResult
-	stop     chan struct{}
-}
-
-type kaResult struct {
-	sent  time.Time
-	ttl   time.Duration
-	epoch uint32
+	epoch    uint32    // the highest epoch a keepalive answer carried
+	lost     error     // set once: the session is over
+	holds    map[string]*hold
+	// removed are the force-released holds already acted on, by revision.
+	removed map[int64]bool
+	// fence fires at the local deadline, whatever any RPC is doing.
+	fence *time.Timer
+	stop  chan struct{} // closed when lost
 }
 
 // session returns the open session for ttl, opening one if needed.
@@ -51,17 +50,19 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 	sent := c.now()
 	resp, err := c.lock.OpenSession(ctx, &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
 	if err != nil {
-		return nil, err
+		return nil, decode(err)
 	}
-	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, lastOK: sent,
-		locks: map[string]*Lock{}, resp: make(chan kaResult, 64), stop: make(chan struct{})}
+	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, lastOK: sent, lastAns: sent, lastSent: sent,
+		holds: map[string]*hold{}, removed: map[int64]bool{}, stop: make(chan struct{})}
+	s.mu.Lock()
+	s.fence = time.AfterFunc(s.remainingLocked(), s.checkDeadline)
+	s.mu.Unlock()
 	c.mu.Lock()
 	if other := c.sessions[ttl]; other != nil || c.closed {
 		c.mu.Unlock()
 		// Lost a race with another Acquire: keep the first, drop ours.
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, _ = c.lock.CloseSession(cctx, &lockv1.CloseSessionRequest{SessionId: s.id})
+		s.fence.Stop()
+		c.closeSession(s.id)
 		if other == nil {
 			return nil, ErrClosed
 		}
@@ -69,28 +70,57 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 	}
 	c.sessions[ttl] = s
 	c.mu.Unlock()
+	c.ka.add(s)
 	go s.run()
 	return s, nil
 }
 
-func (s *session) healthy() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.degraded && s.lost == nil && s.c.now().Before(s.lastOK.Add(s.ttl-fenceMargin))
+// closeSession tells lockd to end a session, best effort and bounded.
+func (c *Client) closeSession(id int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = c.lock.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: id})
 }
 
-func (s *session) remaining() time.Duration {
+func (s *session) deadlineLocked() time.Time { return s.lastOK.Add(s.ttl - fenceMargin) }
+
+func (s *session) remainingLocked() time.Duration {
+	return max(s.deadlineLocked().Sub(s.c.now()), 0)
+}
+
+func (s *session) healthyLocked() bool {
+	return !s.degraded && s.lost == nil && s.c.now().Before(s.deadlineLocked())
+}
+
+// alive reports whether the session is still kept alive.
+func (s *session) alive() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := s.lastOK.Add(s.ttl - fenceMargin).Sub(s.c.now())
-	if d < 0 {
-		return 0
+	return s.lost == nil
+}
+
+// checkDeadline runs on the fence timer: at the local deadline every hold
+// of the session is lost.
+func (s *session) checkDeadline() {
+	s.mu.Lock()
+	if s.lost != nil {
+		s.mu.Unlock()
+		return
 	}
-	return d
+	if left := s.remainingLocked(); left > 0 {
+		s.fence.Reset(left)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.c.log.Warn("lock session lost: local deadline passed", "session", s.id)
+	s.lose(ErrDeadline, true)
+	s.c.background(func() { s.c.closeSession(s.id) })
 }
 
 // lose ends the session locally: every lock is lost with err (onFence runs
-// when fence is set) and the client forgets the session.
+// when fence is set), acquires and releases of its keys waiting on it are
+// woken, and the client forgets the session and stops renewing it.
 func (s *session) lose(err error, fence bool) {
 	s.mu.Lock()
 	if s.lost != nil {
@@ -99,187 +129,300 @@ func (s *session) lose(err error, fence bool) {
 	}
 	s.lost = err
 	close(s.stop)
-	locks := make([]*Lock, 0, len(s.locks))
-	for _, l := range s.locks {
-		locks = append(locks, l)
+	if s.fence != nil {
+		s.fence.Stop()
+	}
+	var fenced []*Lock
+	for _, h := range s.holds {
+		fenced = append(fenced, s.loseHoldLocked(h, err)...)
 	}
 	s.mu.Unlock()
+	s.c.ka.remove(s)
 	s.c.mu.Lock()
 	if s.c.sessions[s.ttl] == s {
 		delete(s.c.sessions, s.ttl)
 	}
 	s.c.mu.Unlock()
-	for _, l := range locks {
-		l.lose(err, fence)
+	if fence {
+		runFences(fenced)
 	}
 }
 
-// run keeps the session alive: a keepalive every TTL/3, a failure mark
-// when one is not answered within min(TTL/3, 1s), and the fence at the
-// local deadline.
+// end gives up on the session because the state of its hold of key could
+// not be learned (cause): it stops renewing it, so the hold expires with
+// the session's lease, and every lock of the session is lost.
+func (s *session) end(key string, cause error) {
+	s.c.log.Warn("ending lock session: could not learn whether a hold still exists; it expires with the session",
+		"session", s.id, "key", key, "err", cause)
+	s.lose(ErrSessionEnded, true)
+	s.c.background(func() { s.c.closeSession(s.id) })
+}
+
+// run sends a keepalive every TTL/3 and marks the session degraded when one
+// is not answered within min(TTL/3, 1s). The fence has its own timer.
 func (s *session) run() {
 	interval := s.ttl / 3
 	answerWithin := min(interval, time.Second)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	fence := time.NewTimer(s.remaining())
-	defer fence.Stop()
-	var answerBy <-chan time.Time
-	// lastSent is the send time of the newest keepalive. Only its answer
-	// clears a failure mark: answers to sends on a stream that broke never
-	// come, so counting outstanding sends would never get back to zero.
-	var lastSent, lastAnswered time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.c.ctx.Done():
 			return
-		case <-fence.C:
-			if s.remaining() > 0 {
-				fence.Reset(s.remaining())
-				continue
-			}
-			s.c.log.Warn("lock session lost: local deadline passed", "session", s.id)
-			s.lose(ErrDeadline, true)
-			s.closeAsync()
-			return
 		case <-tick.C:
-			sent := s.c.now()
-			if err := s.c.sendKeepAlive(s, sent); err != nil {
-				s.fail("send", err)
-				continue
-			}
-			lastSent = sent
-			answerBy = time.After(answerWithin)
-		case <-answerBy:
-			answerBy = nil
-			if lastAnswered.Before(lastSent) {
-				s.fail("no answer", nil)
-			}
-		case r := <-s.resp:
-			if r.sent.After(lastAnswered) {
-				lastAnswered = r.sent
-			}
-			if r.ttl <= 0 {
-				s.c.log.Warn("lock session expired", "session", s.id)
-				s.lose(ErrExpired, true)
-				return
-			}
-			s.dropBefore(r.epoch)
+		}
+		s.mu.Lock()
+		past := s.remainingLocked() <= 0
+		sent := s.c.now()
+		s.lastSent = sent
+		s.mu.Unlock()
+		if past {
+			s.checkDeadline() // the clock stepped past the deadline
+			continue
+		}
+		if !s.c.ka.send(s.id, sent) {
+			s.fail("send")
+			continue
+		}
+		time.AfterFunc(answerWithin, func() {
 			s.mu.Lock()
-			if r.sent.After(s.lastOK) && s.c.now().Before(s.lastOK.Add(s.ttl-fenceMargin)) {
-				s.lastOK = r.sent
-			}
-			if !lastAnswered.Before(lastSent) {
-				s.degraded = false
-				answerBy = nil
-			}
+			unanswered := s.lastAns.Before(sent)
 			s.mu.Unlock()
-			fence.Reset(s.remaining())
-		}
+			if unanswered {
+				s.fail("no answer")
+			}
+		})
 	}
 }
 
-// dropBefore loses, with ErrEpoch, every lock granted before epoch: the
-// epoch advance deleted those holds while the session itself lived on.
-func (s *session) dropBefore(epoch uint32) {
+func (s *session) fail(what string) {
 	s.mu.Lock()
-	var gone []*Lock
-	for k, l := range s.locks {
-		if l.epoch < epoch {
-			gone = append(gone, l)
-			delete(s.locks, k)
-		}
-	}
-	s.mu.Unlock()
-	for _, l := range gone {
-		s.c.log.Warn("lock lost: the epoch advanced", "key", l.key, "epoch", l.epoch, "now", epoch)
-		l.lose(ErrEpoch, true)
-	}
-}
-
-func (s *session) fail(what string, err error) {
-	s.mu.Lock()
-	first := !s.degraded
+	first := !s.degraded && s.lost == nil
 	s.degraded = true
 	s.mu.Unlock()
 	if first {
-		s.c.log.Warn("lock session keepalive failed: CanStart is false", "session", s.id, "reason", what, "err", err)
+		s.c.log.Warn("lock session keepalive failed: CanStart is false", "session", s.id, "reason", what)
 	}
 }
 
-// closeAsync tells lockd to end a session we gave up on, best effort.
-func (s *session) closeAsync() {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, _ = s.c.lock.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: s.id})
-	}()
+// answer is one keepalive answer, matched with the send time of the
+// keepalive it answers.
+type answer struct {
+	sent    time.Time
+	ttl     time.Duration
+	epoch   uint32
+	removed []*lockv1.RemovedHold
 }
 
-// kaStream is the client's one KeepAlive stream. Answers come back in the
-// order of the requests, so each answer is matched with the oldest
-// unanswered send time of its session: a late answer is credited to the
-// earlier send, never to a later one.
-type kaStream struct {
-	stream  lockv1.LockService_KeepAliveClient
-	mu      sync.Mutex // guards Send and pending
-	pending map[int64][]time.Time
-	broken  bool
-}
-
-// sendKeepAlive sends one keepalive for s on the shared stream, opening the
-// stream when needed.
-func (c *Client) sendKeepAlive(s *session, sent time.Time) error {
-	ks, err := c.kaStream()
-	if err != nil {
-		return err
+// onAnswer applies one keepalive answer: an expired session is lost; holds
+// released by force, and holds of an earlier epoch, are lost; otherwise the
+// deadline moves to the answered keepalive's send time plus the TTL.
+func (s *session) onAnswer(a answer) {
+	s.mu.Lock()
+	if s.lost != nil {
+		s.mu.Unlock()
+		return
 	}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if ks.broken {
-		return errBroken
+	if a.sent.After(s.lastAns) {
+		s.lastAns = a.sent
 	}
-	if err := ks.stream.Send(&lockv1.KeepAliveRequest{SessionId: s.id}); err != nil {
-		ks.broken = true
-		return err
+	if a.ttl <= 0 {
+		s.mu.Unlock()
+		s.c.log.Warn("lock session expired", "session", s.id)
+		s.lose(ErrExpired, true)
+		return
 	}
-	ks.pending[s.id] = append(ks.pending[s.id], sent)
-	return nil
-}
-
-// errBroken: the keepalive stream failed; the next tick opens a new one.
-var errBroken = errors.New("client: keepalive stream broken")
-
-func (c *Client) kaStream() (*kaStream, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ka != nil {
-		c.ka.mu.Lock()
-		broken := c.ka.broken
-		c.ka.mu.Unlock()
-		if !broken {
-			return c.ka, nil
+	var fenced []*Lock
+	for _, r := range a.removed {
+		h := s.holds[r.GetKey()]
+		if s.removed[r.GetHoldRevision()] || h == nil || h.state != held || h.token.GetRevision() != r.GetHoldRevision() {
+			continue
+		}
+		s.removed[r.GetHoldRevision()] = true
+		s.c.log.Warn("lock lost: released by force by operators", "key", h.key, "session", s.id)
+		fenced = append(fenced, s.loseHoldLocked(h, ErrForced)...)
+	}
+	if a.epoch > s.epoch {
+		s.epoch = a.epoch
+		for _, h := range s.holds {
+			if h.state == held && h.token.GetEpoch() < a.epoch {
+				s.c.log.Warn("lock lost: the epoch advanced", "key", h.key, "epoch", h.token.GetEpoch(), "now", a.epoch)
+				fenced = append(fenced, s.loseHoldLocked(h, ErrEpoch)...)
+			}
 		}
 	}
-	stream, err := c.lock.KeepAlive(c.ctx)
+	if a.sent.After(s.lastOK) && s.c.now().Before(s.deadlineLocked()) {
+		s.lastOK = a.sent
+		s.fence.Reset(s.remainingLocked())
+	}
+	if !s.lastAns.Before(s.lastSent) {
+		s.degraded = false
+	}
+	s.mu.Unlock()
+	runFences(fenced)
+}
+
+// keepalives is the client's one KeepAlive stream, shared by its sessions.
+// One goroutine owns the stream: it opens it (with a bounded context, never
+// under a client mutex) and sends on it; another receives. Answers come
+// back in the order of the requests, so each is matched with the oldest
+// unanswered send time of its session: a late answer is credited to the
+// earlier send, never to a later one.
+type keepalives struct {
+	c    *Client
+	reqs chan kaReq
+	done chan struct{}
+
+	mu       sync.Mutex
+	sessions map[int64]*session
+	closed   bool
+}
+
+type kaReq struct {
+	id   int64
+	sent time.Time
+}
+
+// Keepalive stream bounds: opening a stream, and one Send on it, must not
+// take longer than these, or the stream is dropped and opened again.
+const (
+	kaOpenTimeout = 2 * time.Second
+	kaSendTimeout = time.Second
+)
+
+func newKeepalives(c *Client) *keepalives {
+	k := &keepalives{c: c, reqs: make(chan kaReq, 1024), done: make(chan struct{}), sessions: map[int64]*session{}}
+	go k.run()
+	return k
+}
+
+func (k *keepalives) add(s *session) {
+	k.mu.Lock()
+	k.sessions[s.id] = s
+	k.mu.Unlock()
+}
+
+func (k *keepalives) remove(s *session) {
+	k.mu.Lock()
+	if k.sessions[s.id] == s {
+		delete(k.sessions, s.id)
+	}
+	k.mu.Unlock()
+}
+
+func (k *keepalives) lookup(id int64) *session {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.sessions[id]
+}
+
+// send queues one keepalive; false when it cannot even be queued.
+func (k *keepalives) send(id int64, sent time.Time) bool {
+	select {
+	case k.reqs <- kaReq{id, sent}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (k *keepalives) close() {
+	k.mu.Lock()
+	if !k.closed {
+		k.closed = true
+		close(k.done)
+	}
+	k.mu.Unlock()
+}
+
+// kaStream is one open KeepAlive stream and its unanswered sends.
+type kaStream struct {
+	stream lockv1.LockService_KeepAliveClient
+	cancel context.CancelFunc
+	broken chan struct{} // closed when the stream fails
+
+	mu      sync.Mutex
+	pending map[int64][]time.Time
+}
+
+func (ks *kaStream) fail() {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	select {
+	case <-ks.broken:
+	default:
+		close(ks.broken)
+		ks.cancel()
+	}
+}
+
+func (k *keepalives) run() {
+	var ks *kaStream
+	defer func() {
+		if ks != nil {
+			ks.fail()
+		}
+	}()
+	for {
+		var r kaReq
+		select {
+		case <-k.done:
+			return
+		case <-k.c.ctx.Done():
+			return
+		case r = <-k.reqs:
+		}
+		if ks != nil {
+			select {
+			case <-ks.broken:
+				ks = nil
+			default:
+			}
+		}
+		if ks == nil {
+			var err error
+			if ks, err = k.open(); err != nil {
+				k.c.log.Debug("keepalive stream: open failed", "err", err)
+				continue // unanswered: the session marks itself degraded
+			}
+		}
+		ks.mu.Lock()
+		ks.pending[r.id] = append(ks.pending[r.id], r.sent)
+		ks.mu.Unlock()
+		watchdog := time.AfterFunc(kaSendTimeout, ks.fail)
+		err := ks.stream.Send(&lockv1.KeepAliveRequest{SessionId: r.id})
+		watchdog.Stop()
+		if err != nil {
+			ks.fail()
+			ks = nil
+		}
+	}
+}
+
+// open opens a stream; it gives up after kaOpenTimeout.
+func (k *keepalives) open() (*kaStream, error) {
+	ctx, cancel := context.WithCancel(k.c.ctx)
+	giveUp := time.AfterFunc(kaOpenTimeout, cancel)
+	stream, err := k.c.lock.KeepAlive(ctx)
+	if !giveUp.Stop() && err == nil {
+		err = context.DeadlineExceeded
+	}
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	ks := &kaStream{stream: stream, pending: map[int64][]time.Time{}}
-	c.ka = ks
-	go c.recvKeepAlives(ks)
+	ks := &kaStream{stream: stream, cancel: cancel, broken: make(chan struct{}), pending: map[int64][]time.Time{}}
+	go k.recv(ks)
 	return ks, nil
 }
 
-func (c *Client) recvKeepAlives(ks *kaStream) {
+func (k *keepalives) recv(ks *kaStream) {
 	for {
 		resp, err := ks.stream.Recv()
 		if err != nil {
-			ks.mu.Lock()
-			ks.broken = true
-			ks.mu.Unlock()
+			ks.fail()
 			return
 		}
 		id := resp.GetSessionId()
@@ -296,20 +439,8 @@ func (c *Client) recvKeepAlives(ks *kaStream) {
 			ks.pending[id] = q[1:]
 		}
 		ks.mu.Unlock()
-		c.mu.Lock()
-		var s *session
-		for _, x := range c.sessions {
-			if x.id == id {
-				s = x
-			}
-		}
-		c.mu.Unlock()
-		if s == nil {
-			continue
-		}
-		select {
-		case s.resp <- kaResult{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch()}:
-		default:
+		if s := k.lookup(id); s != nil {
+			s.onAnswer(answer{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch(), removed: resp.GetRemoved()})
 		}
 	}
 }

@@ -1,0 +1,162 @@
+package client
+
+import (
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+)
+
+// Why a lock was lost, and client-side errors.
+var (
+	// ErrExpired: lockd answered a keepalive with an expired session; every
+	// hold of the session is gone.
+	ErrExpired = errors.New("client: lock lost: session expired")
+	// ErrDeadline: no keepalive succeeded in time (lockd or etcd
+	// unreachable); the local deadline passed and the holder must stop.
+	ErrDeadline = errors.New("client: lock lost: local deadline passed without a successful keepalive")
+	// ErrEpoch: the store was restored and an operator advanced the epoch;
+	// every hold of the earlier epoch is gone. Acquire again.
+	ErrEpoch = errors.New("client: lock lost: the store was restored and the epoch advanced")
+	// ErrForced: operators released the hold by force (lockctl
+	// force-release). Another holder may already have the key: stop at once.
+	ErrForced = errors.New("client: lock lost: released by force by operators")
+	// ErrSessionEnded: the client ended the session because it could not
+	// learn whether one of its holds still existed (a release or an acquire
+	// whose outcome stayed unknown), rather than keep renewing a hold nobody
+	// knows about. Every hold of the session is lost.
+	ErrSessionEnded = errors.New("client: lock lost: session ended because a hold's state could not be confirmed")
+	// ErrReleased: the lock was released by its holder.
+	ErrReleased = errors.New("client: lock released")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("client: closed")
+	// ErrNoFence: Acquire needs an onFence callback.
+	ErrNoFence = errors.New("client: onFence is required: it is how the holder learns to stop")
+)
+
+// Refusals lockd reports with a reason. An error returned by the client
+// matches one of these with errors.Is when lockd gave that reason; it still
+// carries the gRPC status (status.Code works on it).
+var (
+	// ErrHeld: the key is held by another session and the wait ran out:
+	// nothing was granted.
+	ErrHeld = errors.New("client: key held by another session")
+	// ErrLeak: the key is held by this identity under another session.
+	ErrLeak = errors.New("client: leak: key held by this identity under another session")
+	// ErrSealed: lockd refuses grants until operators advance the epoch.
+	ErrSealed = errors.New("client: lockd is sealed until operators advance the epoch")
+	// ErrEpochGrace: the epoch has just advanced; grants resume shortly.
+	ErrEpochGrace = errors.New("client: the epoch has just advanced; grants resume shortly")
+	// ErrSessionTTL: the session's TTL is not the class TTL.
+	ErrSessionTTL = errors.New("client: session TTL does not match the class TTL")
+	// ErrSessionNotFound: the session is gone at lockd.
+	ErrSessionNotFound = errors.New("client: session not found or expired")
+	// ErrStaleToken: the token is not the current hold's.
+	ErrStaleToken = errors.New("client: stale token")
+	// ErrDenied: this identity may not use the key.
+	ErrDenied = errors.New("client: permission denied")
+	// ErrInvalid: a request field breaks a rule; the message names it.
+	ErrInvalid = errors.New("client: invalid argument")
+	// ErrUnavailable: lockd's store did not answer; the outcome of a write
+	// may be unknown.
+	ErrUnavailable = errors.New("client: lockd's store unavailable")
+	// ErrQuota: a per-identity quota at lockd is used up.
+	ErrQuota = errors.New("client: quota exceeded")
+	// ErrRateLimited: ValidateToken was called too fast.
+	ErrRateLimited = errors.New("client: rate limited")
+	// ErrSuperseded: a newer Acquire of the same key on the same session
+	// replaced this one.
+	ErrSuperseded = errors.New("client: superseded by a newer acquire of the same key")
+)
+
+// reasonDomain is the ErrorInfo domain of lockd's reasons.
+const reasonDomain = "lockd.dev"
+
+// reasons maps lockd's wire reasons (lock.v1 ErrorReason names without the
+// prefix) to the client's sentinels.
+var reasons = map[string]error{
+	"HELD":              ErrHeld,
+	"LEAK":              ErrLeak,
+	"SEALED":            ErrSealed,
+	"EPOCH_GRACE":       ErrEpochGrace,
+	"SESSION_TTL":       ErrSessionTTL,
+	"SESSION_NOT_FOUND": ErrSessionNotFound,
+	"STALE_TOKEN":       ErrStaleToken,
+	"DENIED":            ErrDenied,
+	"INVALID":           ErrInvalid,
+	"UNAVAILABLE":       ErrUnavailable,
+	"QUOTA":             ErrQuota,
+	"RATE_LIMITED":      ErrRateLimited,
+	"SUPERSEDED":        ErrSuperseded,
+}
+
+// Error is an error lockd returned, with the reason it gave. errors.Is
+// matches the reason's sentinel; status.Code and status.FromError see the
+// gRPC status.
+type Error struct {
+	// Reason is lockd's reason ("HELD", ...); empty when lockd gave none
+	// (a transport error, a timeout).
+	Reason string
+	err    error
+}
+
+func (e *Error) Error() string { return e.err.Error() }
+
+// Unwrap exposes the reason's sentinel and the status error.
+func (e *Error) Unwrap() []error {
+	if s := reasons[e.Reason]; s != nil {
+		return []error{s, e.err}
+	}
+	return []error{e.err}
+}
+
+// GRPCStatus is the status lockd answered with.
+func (e *Error) GRPCStatus() *status.Status {
+	s, _ := status.FromError(e.err)
+	return s
+}
+
+// decode wraps an RPC error with the reason lockd gave: the one place the
+// client reads reasons. It returns nil for nil and non-status errors as
+// they are.
+func decode(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	return &Error{Reason: reasonOf(st), err: err}
+}
+
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == reasonDomain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// Reason returns the reason lockd gave for err, or "" when err is not an
+// answer from lockd with a reason (a timeout, a broken connection).
+func Reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	if st, ok := status.FromError(err); ok {
+		return reasonOf(st)
+	}
+	return ""
+}
+
+// Definite reports whether err is lockd's definite answer: it refused, and
+// nothing changed. An error without a reason (a timeout, a broken
+// connection) or with UNAVAILABLE (the store did not answer, so a write may
+// have committed) is not: the outcome is unknown.
+func Definite(err error) bool {
+	r := Reason(err)
+	return r != "" && r != "UNAVAILABLE"
+}

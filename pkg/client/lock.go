@@ -1,0 +1,378 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// holdState is where a session's hold of one key stands.
+type holdState int
+
+const (
+	// acquiring: an Acquire RPC is in flight; other acquires of the key wait.
+	acquiring holdState = iota
+	// held: lockd granted it; further acquires re-enter.
+	held
+	// settling: the final release, or an acquire whose outcome is unknown,
+	// is being resolved with lockd; acquires of the key wait for it and
+	// then ask lockd afresh.
+	settling
+)
+
+// hold is one session's hold (or attempted hold) of one key. Its fields are
+// guarded by the session's mu.
+type hold struct {
+	key, class string
+	state      holdState
+	// changed is closed when the hold leaves acquiring or settling.
+	changed chan struct{}
+	token   *lockv1.Token
+	// locks are the outstanding Locks (one per acquire not yet released).
+	locks []*Lock
+}
+
+// Lock is one acquirer's handle on a granted hold. Several Locks share a
+// hold when a client re-enters a key it holds; each is released on its own.
+type Lock struct {
+	s       *session
+	h       *hold
+	token   *lockv1.Token
+	onFence func(*Lock)
+	done    chan struct{}
+	err     error // guarded by s.mu: why this Lock ended; nil while held
+}
+
+// Key is the locked key.
+func (l *Lock) Key() string { return l.h.key }
+
+// Class is the class the lock was acquired under.
+func (l *Lock) Class() string { return l.h.class }
+
+// Token is the fencing token: present it on every write to the guarded
+// resource, which must reject a token not greater than the last it
+// accepted. Never log it.
+func (l *Lock) Token() uint64 { return l.token.GetValue() }
+
+// Epoch is the token's epoch (diagnostics).
+func (l *Lock) Epoch() uint32 { return l.token.GetEpoch() }
+
+// CanStart reports whether a new unit of work may start: false from the
+// first failed keepalive, and once the lock is lost or released.
+func (l *Lock) CanStart() bool {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.err == nil && l.s.healthyLocked()
+}
+
+// RemainingTTL is the time left before the local deadline; 0 once the lock
+// ended.
+func (l *Lock) RemainingTTL() time.Duration {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.err != nil {
+		return 0
+	}
+	return l.s.remainingLocked()
+}
+
+// Deadline is the local deadline: the send time of the last successful
+// keepalive plus the TTL minus one second, by the client's clock. It moves
+// later with every successful keepalive and passes before the store can
+// expire the session. Stop acting on the resource by then.
+func (l *Lock) Deadline() time.Time {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.deadlineLocked()
+}
+
+// Done is closed when the lock is lost or released.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err is why the lock ended: ErrDeadline, ErrExpired, ErrForced, ErrEpoch,
+// ErrSessionEnded, ErrReleased, ErrClosed; nil while held.
+func (l *Lock) Err() error {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.err
+}
+
+// endLocked ends l with err; it returns whether l was still held. The
+// caller holds s.mu and runs onFence (outside the lock) when asked.
+func (l *Lock) endLocked(err error) bool {
+	if l.err != nil {
+		return false
+	}
+	l.err = err
+	close(l.done)
+	return true
+}
+
+// Release releases this Lock; the hold ends at lockd when the last Lock of
+// it is released. A release of a lock already lost returns its lost reason.
+func (l *Lock) Release(ctx context.Context) error {
+	_, err := l.ReleaseHeld(ctx)
+	return err
+}
+
+// ReleaseHeld is Release that also reports whether lockd still held the
+// lock with this token when the final release reached it. False with a nil
+// error means the hold had already ended (it expired, or was removed) before
+// the release: work done since the last CanStart may have overlapped another
+// holder's, which only the resource's fence can have stopped. A release
+// that is not the last of its hold reports true.
+//
+// The release is carried out with the client's own bounded context: if ctx
+// ends first, ReleaseHeld returns ctx's error and the client still releases
+// the hold (or, failing that, ends the session so the hold expires).
+func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
+	s, h := l.s, l.h
+	s.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		s.mu.Unlock()
+		if errors.Is(err, ErrReleased) {
+			return false, nil
+		}
+		return false, err
+	}
+	l.endLocked(ErrReleased)
+	h.locks = remove(h.locks, l)
+	if len(h.locks) > 0 {
+		s.mu.Unlock()
+		return true, nil
+	}
+	// The last Lock: from here on no acquire may re-enter this hold; a new
+	// one waits for the release and is then a new grant.
+	h.state, h.changed = settling, make(chan struct{})
+	s.mu.Unlock()
+
+	type result struct {
+		held bool
+		err  error
+	}
+	res := make(chan result, 1)
+	if !s.c.background(func() {
+		held, err := s.resolveRelease(h)
+		res <- result{held, err}
+	}) {
+		s.settle(h)
+		return false, ErrClosed // Close ends the session, and so the hold, at lockd
+	}
+	select {
+	case r := <-res:
+		return r.held, r.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+func remove(ls []*Lock, l *Lock) []*Lock {
+	for i, x := range ls {
+		if x == l {
+			return append(ls[:i], ls[i+1:]...)
+		}
+	}
+	return ls
+}
+
+// enter finds or creates the session's hold of key. It returns a new Lock
+// when the hold is granted already (re-entry), or the hold in state
+// acquiring, now the caller's to grant. It waits, within ctx, while another
+// acquire or a release of the key is in flight.
+func (s *session) enter(ctx context.Context, key, class string, onFence func(*Lock)) (*hold, *Lock, error) {
+	for {
+		s.mu.Lock()
+		if s.lost != nil {
+			s.mu.Unlock()
+			return nil, nil, errSessionLost
+		}
+		h := s.holds[key]
+		switch {
+		case h == nil:
+			h = &hold{key: key, class: class, state: acquiring, changed: make(chan struct{})}
+			s.holds[key] = h
+			s.mu.Unlock()
+			return h, nil, nil
+		case h.state == held:
+			l := s.newLockLocked(h, onFence)
+			s.mu.Unlock()
+			return nil, l, nil
+		}
+		wait := h.changed
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// errSessionLost makes Acquire open a new session.
+var errSessionLost = errors.New("client: session lost")
+
+func (s *session) newLockLocked(h *hold, onFence func(*Lock)) *Lock {
+	l := &Lock{s: s, h: h, token: h.token, onFence: onFence, done: make(chan struct{})}
+	h.locks = append(h.locks, l)
+	return l
+}
+
+// granted records lockd's grant of h and returns its first Lock. On a
+// session already lost (or a token of an epoch the session has seen pass)
+// the Lock is returned lost: its onFence runs.
+func (s *session) granted(h *hold, tok *lockv1.Token, onFence func(*Lock)) *Lock {
+	s.mu.Lock()
+	h.token = tok
+	l := s.newLockLocked(h, onFence)
+	lost := s.lost
+	if lost == nil && tok.GetEpoch() < s.epoch {
+		lost = ErrEpoch
+	}
+	if lost != nil {
+		s.dropLocked(h)
+		l.endLocked(lost)
+		s.mu.Unlock()
+		go onFence(l)
+		return l
+	}
+	h.state = held
+	close(h.changed)
+	h.changed = nil
+	s.mu.Unlock()
+	return l
+}
+
+// settle forgets h: its acquire was refused, or its release or unknown
+// acquire has been resolved.
+func (s *session) settle(h *hold) {
+	s.mu.Lock()
+	s.dropLocked(h)
+	s.mu.Unlock()
+}
+
+// dropLocked removes h from the session and wakes acquires waiting on it.
+func (s *session) dropLocked(h *hold) {
+	if s.holds[h.key] == h {
+		delete(s.holds, h.key)
+	}
+	if h.changed != nil {
+		close(h.changed)
+		h.changed = nil
+	}
+}
+
+// loseHoldLocked ends every Lock of h with err and drops h; it returns the
+// Locks whose onFence must run.
+func (s *session) loseHoldLocked(h *hold, err error) []*Lock {
+	var fence []*Lock
+	for _, l := range h.locks {
+		if l.endLocked(err) {
+			fence = append(fence, l)
+		}
+	}
+	h.locks = nil
+	s.dropLocked(h)
+	return fence
+}
+
+func runFences(ls []*Lock) {
+	for _, l := range ls {
+		go l.onFence(l)
+	}
+}
+
+// Background resolution: bounds and pacing.
+const (
+	resolveAttemptTimeout = 5 * time.Second
+	resolveBackoff        = 200 * time.Millisecond
+)
+
+// resolveRelease releases h at lockd, retrying until lockd answers
+// definitively. It gives up after the session's TTL (or when the session
+// is lost) and then ends the session, so the hold expires with it.
+func (s *session) resolveRelease(h *hold) (bool, error) {
+	defer s.settle(h)
+	return s.releaseToken(h.key, h.token.GetValue())
+}
+
+// releaseToken is the release loop shared by resolveRelease and
+// resolveAcquire.
+func (s *session) releaseToken(key string, tok uint64) (bool, error) {
+	giveUp := time.Now().Add(s.ttl)
+	var last error
+	for s.alive() && time.Now().Before(giveUp) {
+		ctx, cancel := context.WithTimeout(s.c.ctx, resolveAttemptTimeout)
+		resp, err := s.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: s.id, Key: key, Token: tok})
+		cancel()
+		err = decode(err)
+		switch {
+		case err == nil:
+			return resp.GetReleased(), nil
+		case errors.Is(err, ErrStaleToken):
+			return false, nil // the hold is not this token's any more
+		case errors.Is(err, ErrSessionNotFound):
+			s.lose(ErrExpired, true)
+			return false, nil
+		case Definite(err):
+			// lockd will not release it for us (sealed, or the grant was
+			// revoked): end the session so the hold expires.
+			s.end(key, err)
+			return false, err
+		}
+		last = err
+		s.c.sleep(resolveBackoff)
+	}
+	if s.alive() {
+		s.end(key, last)
+	}
+	return false, last
+}
+
+// resolveAcquire finds out whether an acquire whose outcome was unknown
+// left a hold on the session, and releases it if so: it acquires again on
+// the same session without waiting, which lockd answers with the session's
+// own hold when there is one (and which replaces the earlier request if it
+// is still queued). It gives up after the session's TTL and then ends the
+// session.
+func (s *session) resolveAcquire(h *hold) {
+	defer s.settle(h)
+	giveUp := time.Now().Add(s.ttl)
+	var last error
+	for s.alive() && time.Now().Before(giveUp) {
+		ctx, cancel := context.WithTimeout(s.c.ctx, resolveAttemptTimeout)
+		resp, err := s.c.lock.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s.id, Key: h.key, Class: h.class})
+		cancel()
+		err = decode(err)
+		switch {
+		case err == nil:
+			_, _ = s.releaseToken(h.key, resp.GetToken().GetValue())
+			return
+		case errors.Is(err, ErrHeld), errors.Is(err, ErrLeak), errors.Is(err, ErrEpochGrace):
+			return // another session holds it, or an advance deleted every hold
+		case errors.Is(err, ErrSessionNotFound):
+			s.lose(ErrExpired, true)
+			return
+		case Definite(err):
+			s.end(h.key, err) // lockd will not tell us: let the session expire
+			return
+		}
+		last = err
+		s.c.sleep(resolveBackoff)
+	}
+	if s.alive() {
+		s.end(h.key, last)
+	}
+}
+
+// sleep waits d or until the client closes.
+func (c *Client) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+}
