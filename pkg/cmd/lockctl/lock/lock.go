@@ -66,10 +66,16 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			  %[2]s    the key
 			  %[3]s  the token's epoch (diagnostics)
 
-			If the lock is lost while the command runs (its session expired, or no
-			keepalive reached lockd before the local deadline), lockctl sends SIGTERM
-			to the command, SIGKILL after --grace, prints the reason on one line to
-			stderr and exits 79. SIGINT, SIGTERM and SIGHUP sent to lockctl are
+			The command is dead by the lock's local deadline, which passes before the
+			store can expire the session and grant the key to someone else. When a
+			keepalive fails, lockctl sends SIGTERM --grace before the deadline (at
+			once when less time is left) and SIGKILL at the deadline; a keepalive
+			that recovers before the SIGTERM cancels both. When lockd says the lock
+			is gone (the session expired, operators released it by force, the epoch
+			advanced) the command gets SIGKILL at once. lockctl then prints the
+			reason on one line to stderr and exits 79. A paused machine is the one
+			case no client can cover: only a fenced resource rejects a late write.
+			SIGINT, SIGTERM and SIGHUP sent to lockctl are
 			forwarded to the command. When stdin is not a terminal the command runs
 			in its own process group and signals reach the whole group; on a
 			terminal it stays in lockctl's group so job control works (a Ctrl-C from
@@ -88,7 +94,7 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			# Run a migration while holding payments/ledger/migrate
 			$ lockctl lock payments/ledger/migrate --class migration -- ./migrate.sh --apply
 
-			# Wait up to two minutes in line; give the job 30s to stop if the lock is lost
+			# Wait up to two minutes in line; SIGTERM the job 30s before a failing lock's deadline
 			$ lockctl lock demo/nightly --class demo --wait 2m --grace 30s -- make nightly
 
 			# Use the token in a shell command
@@ -130,7 +136,7 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&opts.Class, "class", cmdutil.Getenv("LOCKCTL_CLASS"), "lock class, \"name\" in the key's namespace or \"namespace/name\" (required; env LOCKCTL_CLASS)")
 	cmd.Flags().DurationVar(&opts.Wait, "wait", envDuration("LOCKCTL_WAIT", 0), "how long to wait in line for the lock; 0 tries once (env LOCKCTL_WAIT)")
-	cmd.Flags().DurationVar(&opts.Grace, "grace", envDuration("LOCKCTL_GRACE", 10*time.Second), "after the lock is lost, time between SIGTERM and SIGKILL (env LOCKCTL_GRACE)")
+	cmd.Flags().DurationVar(&opts.Grace, "grace", envDuration("LOCKCTL_GRACE", 10*time.Second), "when keepalives fail, send SIGTERM this long before the lock's deadline, SIGKILL at it (env LOCKCTL_GRACE)")
 	return cmd
 }
 
@@ -154,7 +160,8 @@ func lockRun(opts *Options) error {
 	}
 	defer func() { _ = c.Close() }()
 
-	l, err := acquire(opts, c, sigs)
+	fenced := make(chan struct{}, 1)
+	l, err := acquire(opts, c, sigs, func(*client.Lock) { fenced <- struct{}{} })
 	if err != nil {
 		return err
 	}
@@ -170,51 +177,25 @@ func lockRun(opts *Options) error {
 		release(opts, l)
 		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("cannot run %q: %w", opts.Command[0], unwrapExec(err))}
 	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-
-	var (
-		lost    = l.Done()
-		lostErr error
-		kill    <-chan time.Time
-	)
-	for {
-		select {
-		case err := <-waitErr:
-			if lostErr != nil {
-				return &cmdutil.ExitError{Code: cmdutil.ExitLockLost, Err: lostErr, Silent: true}
-			}
-			release(opts, l)
-			code, ok := exitCode(err)
-			if !ok {
-				return fmt.Errorf("waiting for %q: %w", opts.Command[0], err)
-			}
-			if code == 0 {
-				return nil
-			}
-			return &cmdutil.ExitError{Code: code, Silent: true}
-		case <-lost:
-			lost = nil
-			if err := l.Err(); err == nil || errors.Is(err, client.ErrReleased) {
-				continue // we release only after the command exits: not a loss
-			}
-			lostErr = l.Err()
-			_ = signal(cmd.Process, sigTerm, group)
-			fmt.Fprintf(opts.IO.ErrOut, "lockctl: lock %s lost while the command ran (%s): sent SIGTERM to pid %d, SIGKILL in %s\n",
-				opts.Key, lostReason(lostErr), cmd.Process.Pid, opts.Grace)
-			kill = time.After(opts.Grace)
-		case <-kill:
-			kill = nil
-			_ = signal(cmd.Process, sigKill, group)
-		case sig := <-sigs:
-			_ = signal(cmd.Process, sig, group)
-		}
+	sup := &Supervision{Lock: l, Fenced: fenced, Cmd: cmd, Group: group, Grace: opts.Grace, Signals: sigs, Stderr: opts.IO.ErrOut}
+	lostErr, err := sup.Run()
+	if lostErr != nil {
+		return &cmdutil.ExitError{Code: cmdutil.ExitLockLost, Err: lostErr, Silent: true}
 	}
+	release(opts, l)
+	code, ok := exitCode(err)
+	if !ok {
+		return fmt.Errorf("waiting for %q: %w", opts.Command[0], err)
+	}
+	if code == 0 {
+		return nil
+	}
+	return &cmdutil.ExitError{Code: code, Silent: true}
 }
 
 // acquire takes the lock. A signal while waiting in line abandons the
 // wait and exits 128+signal.
-func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal) (*client.Lock, error) {
+func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence func(*client.Lock)) (*client.Lock, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Wait+acquireSlack)
 	defer cancel()
 	type result struct {
@@ -223,8 +204,7 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal) (*client.Lo
 	}
 	done := make(chan result, 1)
 	go func() {
-		// onFence: the lock loop watches l.Done(), which closes on the same loss.
-		l, err := c.Acquire(ctx, opts.Key, opts.Class, func(*client.Lock) {}, client.Wait(opts.Wait))
+		l, err := c.Acquire(ctx, opts.Key, opts.Class, onFence, client.Wait(opts.Wait))
 		done <- result{l, err}
 	}()
 	select {
@@ -286,6 +266,12 @@ func lostReason(err error) string {
 		return "session expired at lockd"
 	case errors.Is(err, client.ErrDeadline):
 		return "no keepalive reached lockd before the local deadline: lockd or etcd unreachable"
+	case errors.Is(err, client.ErrForced):
+		return "released by force by operators"
+	case errors.Is(err, client.ErrEpoch):
+		return "the store was restored and the epoch advanced"
+	case errors.Is(err, client.ErrSessionEnded):
+		return "the session was ended: the state of one of its holds could not be confirmed"
 	case errors.Is(err, client.ErrClosed):
 		return "client closed"
 	case err == nil:

@@ -1,14 +1,19 @@
 package lock
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/iostreams"
@@ -127,4 +132,107 @@ func TestLockRunCommandNotFound(t *testing.T) {
 	require.Equal(t, cmdutil.ExitFailure, cmdutil.ExitCodeFor(err))
 	require.ErrorContains(t, err, `cannot run "/nonexistent/command": no such file or directory`)
 	require.True(t, holdKeyAbsent(t, env, "t/x"), "released after the failed start")
+}
+
+// TestLockedCommandIsDeadByTheLocksDeadline: keepalives stop reaching
+// lockd while a command that ignores SIGTERM runs. The command must be
+// dead (SIGKILL at the local deadline) before the store expires the hold
+// and could grant the key to someone else (before: SIGTERM at the fence and
+// SIGKILL --grace later, so it ran past the expiry).
+func TestLockedCommandIsDeadByTheLocksDeadline(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	proxy, err := tcpproxy.Start(env.Addr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	started := filepath.Join(t.TempDir(), "started")
+	opts, _, errOut := testOptions(t, env, "t/child", "fast", "sh", "-c",
+		`trap '' TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, started)
+	opts.Grace = 10 * time.Second // the default: more than the time left
+	opts.Client = func() (*client.Client, error) {
+		return client.New(client.WithTarget(proxy.Addr()), client.WithInsecureIdentity(lockdtest.Alice))
+	}
+	expired := make(chan time.Time, 1)
+	wctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		for resp := range env.Backend.Client.Watch(wctx, "/l/t/child", clientv3.WithFilterPut()) {
+			if len(resp.Events) > 0 {
+				expired <- time.Now()
+				return
+			}
+		}
+	}()
+	ran := make(chan error, 1)
+	go func() { ran <- lockRun(opts) }()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(started)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	stalled := time.Now()
+	proxy.Stall(tcpproxy.Both)
+	exitAt := waitGone(t, pid, 30*time.Second)
+	var expiryAt time.Time
+	select {
+	case expiryAt = <-expired:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the store never expired the hold")
+	}
+	t.Logf("after the stall: command dead at +%s, store expiry at +%s; stderr: %s",
+		exitAt.Sub(stalled).Round(time.Millisecond), expiryAt.Sub(stalled).Round(time.Millisecond), errOut.String())
+	require.True(t, exitAt.Before(expiryAt), "the command outlived the lock: dead at %s, hold expired at %s", exitAt, expiryAt)
+	select {
+	case err := <-ran:
+		require.Equal(t, cmdutil.ExitLockLost, cmdutil.ExitCodeFor(err))
+	case <-time.After(15 * time.Second):
+		t.Fatal("lockctl did not return after the command died")
+	}
+}
+
+// waitGone waits until process pid no longer exists and returns when it
+// first saw it gone.
+func waitGone(t *testing.T, pid int, d time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil {
+			return time.Now()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("process %d still runs after %s", pid, d)
+	return time.Time{}
+}
+
+// TestLockedCommandGoesOnWhenKeepalivesRecoverBeforeSIGTERM: a blip in the
+// keepalives shorter than the time to SIGTERM cancels both signals.
+func TestLockedCommandGoesOnWhenKeepalivesRecoverBeforeSIGTERM(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	proxy, err := tcpproxy.Start(env.Addr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	started := filepath.Join(t.TempDir(), "started")
+	opts, _, errOut := testOptions(t, env, "t/blip", "std", "sh", "-c", `touch "$0"; sleep 13`, started)
+	opts.Grace = time.Second
+	opts.Client = func() (*client.Client, error) {
+		return client.New(client.WithTarget(proxy.Addr()), client.WithInsecureIdentity(lockdtest.Alice))
+	}
+	done := make(chan error, 1)
+	go func() { done <- lockRun(opts) }()
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, 10*time.Second, 20*time.Millisecond)
+	proxy.Stall(tcpproxy.Both)
+	time.Sleep(7 * time.Second) // a keepalive (every 5s) fails; SIGTERM would come at 13s
+	proxy.Resume()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr: %s", errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("lockctl did not finish")
+	}
+	require.Contains(t, errOut.String(), "keepalives for t/blip are failing")
+	require.Contains(t, errOut.String(), "recovered")
 }
