@@ -196,6 +196,13 @@ func (s *session) enter(ctx context.Context, key, class string, onFence func(*Lo
 			s.holds[key] = h
 			s.mu.Unlock()
 			return h, nil, nil
+		case h.state == held && s.remainingLocked() <= 0:
+			// The local deadline has passed and the fence timer has not run
+			// yet (a pause, a clock step): lockd may no longer hold it. End
+			// the session now; the caller opens another.
+			s.mu.Unlock()
+			s.checkDeadline()
+			continue
 		case h.state == held:
 			l := s.newLockLocked(h, onFence)
 			s.mu.Unlock()
@@ -228,14 +235,21 @@ func (s *session) granted(h *hold, tok *lockv1.Token, onFence func(*Lock)) *Lock
 	h.token = tok
 	l := s.newLockLocked(h, onFence)
 	lost := s.lost
-	if lost == nil && tok.GetEpoch() < s.epoch {
+	switch {
+	case lost != nil:
+	case tok.GetEpoch() < s.epoch:
 		lost = ErrEpoch
+	case s.remainingLocked() <= 0:
+		lost = ErrDeadline // granted on a session whose deadline passed meanwhile
 	}
 	if lost != nil {
 		s.dropLocked(h)
 		l.endLocked(lost)
 		s.mu.Unlock()
 		go onFence(l)
+		if errors.Is(lost, ErrDeadline) {
+			s.checkDeadline()
+		}
 		return l
 	}
 	h.state = held

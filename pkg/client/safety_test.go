@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,5 +295,31 @@ func TestForceReleasedHolderIsToldWithinAKeepaliveInterval(t *testing.T) {
 	}
 	if l2.Token() == l.Token() || !holdExists(t, env, "t/forced") {
 		t.Fatal("re-acquire after the force-release returned the stale lock instead of a new grant")
+	}
+}
+
+// TestReentryAfterTheDeadlinePassedIsNotTheOldHold: once the local
+// deadline has passed, an Acquire must not hand out the hold, even if the
+// fence timer has not run yet (a process resumed after a pause, a clock
+// step). Found by the release gate: a paused re-entrant worker's second
+// goroutine re-entered its dead hold as it resumed.
+func TestReentryAfterTheDeadlinePassedIsNotTheOldHold(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	var step atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }
+	c := env.Client(t, lockdtest.Alice, client.WithClock(clock))
+	l, err := c.Acquire(t.Context(), "t/late-reentry", "std", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step.Store(int64(15 * time.Second)) // past the deadline; the fence timer (real time) has not fired
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	l2, err := c.Acquire(ctx, "t/late-reentry", "std", func(*client.Lock) {})
+	if err == nil && l2.Token() == l.Token() {
+		t.Fatal("Acquire re-entered a hold whose local deadline had passed")
+	}
+	if l.Err() != client.ErrDeadline {
+		t.Fatalf("the old lock ended with %v, want ErrDeadline", l.Err())
 	}
 }
