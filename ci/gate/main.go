@@ -20,6 +20,8 @@ func main() {
 		err = cluster.RunMember(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "worker":
 		err = worker.Run(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "child":
+		err = worker.RunChild(os.Args[2:])
 	default:
 		os.Exit(gate.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}

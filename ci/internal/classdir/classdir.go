@@ -43,8 +43,18 @@ spec:
 		fmt.Fprintf(&b, "apiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata:\n  name: c%d\n  namespace: %s\nspec:\n  spiffeID: %s\n  prefixes: [\"%s/\"]\n",
 			i, c.Namespace, id, c.Namespace)
 	}
-	if err := os.WriteFile(filepath.Join(dir, c.Namespace, "classes.yaml"), []byte(cls), 0o644); err != nil {
+	if err := writeAtomic(filepath.Join(dir, c.Namespace, "classes.yaml"), cls); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, c.Namespace, "grants.yaml"), []byte(b.String()), 0o644)
+	return writeAtomic(filepath.Join(dir, c.Namespace, "grants.yaml"), b.String())
+}
+
+// writeAtomic replaces path in one rename, so a watcher reloading the
+// directory never reads half a file.
+func writeAtomic(path, body string) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

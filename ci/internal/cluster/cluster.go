@@ -353,6 +353,32 @@ func (c *Cluster) Restore(ctx context.Context, snap string) error {
 	return c.WaitHealthy(wctx)
 }
 
+// Rebuild kills every member, moves its data dir aside and starts it
+// again empty with the same cluster token: a cluster rebuilt from its
+// manifests after losing its disks. It gets the same cluster ID, an empty
+// key space and revisions from the start.
+func (c *Cluster) Rebuild(ctx context.Context) error {
+	for _, m := range c.Members {
+		_ = m.signal(syscall.SIGCONT)
+		if err := c.Kill(m); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Members {
+		if err := os.Rename(m.DataDir, m.DataDir+fmt.Sprintf(".before-rebuild-%d", time.Now().UnixNano())); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.Members {
+		if err := c.startMember(m); err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return c.WaitHealthy(wctx)
+}
+
 // Close stops every member and removes the network namespaces.
 func (c *Cluster) Close() {
 	if c.cli != nil {

@@ -62,7 +62,8 @@ type Options struct {
 	// written (lock.html, register.html); empty writes none.
 	ArtifactsDir string
 	// Faults are drawn on the visualisation's timeline, in the history's
-	// monotonic time.
+	// monotonic time; worker-pause faults also exempt the paused worker's
+	// holds from the gone check.
 	Faults []history.Fault
 }
 
@@ -100,6 +101,15 @@ type Result struct {
 	Unknown  int `json:"unknown"`
 	// Keys counts the distinct keys operated on.
 	Keys int `json:"keys"`
+	// Reenters, Forces and Losts count re-entrant acquires that returned the
+	// held token, force-releases and locks that ended.
+	Reenters int `json:"reenters"`
+	Forces   int `json:"forces"`
+	Losts    int `json:"losts"`
+	// GoneChecked counts the holds whose supervised child was checked to be
+	// gone before a later holder wrote; LateUnits lists those that were not.
+	GoneChecked int        `json:"gone_checked"`
+	LateUnits   []LateUnit `json:"late_units,omitempty"`
 	// LockModel and RegisterModel are the models' porcupine verdicts:
 	// "Ok", "Illegal", or "Unknown" (timed out). Illegal wins over Unknown
 	// when different keys disagree.
@@ -108,7 +118,8 @@ type Result struct {
 	// DuplicateTokens lists tokens granted more than once.
 	DuplicateTokens []Duplicate `json:"duplicate_tokens,omitempty"`
 	// Violations counts the keys whose lock history is illegal, the keys
-	// whose register history is illegal, and the duplicate tokens.
+	// whose register history is illegal, the duplicate tokens and the late
+	// units.
 	Violations int `json:"violations"`
 	// Inconclusive counts the keys, of either model, whose check timed out.
 	Inconclusive int `json:"inconclusive"`
@@ -168,12 +179,22 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 			case history.Fail:
 				res.Rejected++
 			}
+		case history.Reenter:
+			if op.Outcome == history.Ok {
+				res.Reenters++
+			}
+		case history.Force:
+			if op.Outcome == history.Ok {
+				res.Forces++
+			}
+		case history.Lost:
+			res.Losts++
 		}
 		if op.Outcome == history.Unknown {
 			res.Unknown++
 		}
 		switch op.Kind {
-		case history.Acquire, history.Check, history.Release:
+		case history.Acquire, history.Check, history.Release, history.Reenter, history.Force, history.Lost:
 			if op.Outcome == history.Ok {
 				lockOps = append(lockOps, operation(op))
 			}
@@ -221,6 +242,11 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 		res.Visualizations = append(res.Visualizations, path)
 	}
 	res.Violations += len(res.DuplicateTokens)
+	res.GoneChecked, res.LateUnits = checkGone(sorted, PausedWorkers(opt.Faults))
+	for _, u := range res.LateUnits {
+		res.Details = append(res.Details, describeLate(u))
+	}
+	res.Violations += len(res.LateUnits)
 	return res, errors.Join(errs...)
 }
 
@@ -228,7 +254,8 @@ func validate(ops []history.Op) error {
 	for _, op := range ops {
 		where := fmt.Sprintf("check: w%d op %d (%s %q)", op.Worker, op.Seq, op.Kind, op.Key)
 		switch op.Kind {
-		case history.Acquire, history.Check, history.Read, history.Write, history.Release:
+		case history.Acquire, history.Check, history.Read, history.Write, history.Release,
+			history.Reenter, history.Unhold, history.Force, history.Lost, history.Gone:
 		default:
 			return fmt.Errorf("%s: unknown kind", where)
 		}

@@ -3,7 +3,9 @@ package check
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -56,6 +58,29 @@ type lockState struct {
 	last uint64
 	// holder is the token believed to hold the key, 0 for none.
 	holder uint64
+	// forced are tokens released by force whose holders have not yet been
+	// told (no lost operation yet), sorted, comma-separated: until told, a
+	// forced holder's check is legal, even after a newer grant.
+	forced string
+}
+
+func (s lockState) isForced(tok uint64) bool {
+	return slices.Contains(strings.Split(s.forced, ","), strconv.FormatUint(tok, 10))
+}
+
+func (s lockState) withForced(tok uint64, add bool) lockState {
+	var ts []string
+	if s.forced != "" {
+		ts = strings.Split(s.forced, ",")
+	}
+	t := strconv.FormatUint(tok, 10)
+	ts = slices.DeleteFunc(ts, func(x string) bool { return x == t })
+	if add {
+		ts = append(ts, t)
+		slices.Sort(ts)
+	}
+	s.forced = strings.Join(ts, ",")
+	return s
 }
 
 // registerState is one key's fenced register.
@@ -73,7 +98,7 @@ func lockModel() porcupine.Model {
 		Equal:     func(a, b interface{}) bool { return a.(lockState) == b.(lockState) },
 		Hash: func(s interface{}) uint64 {
 			st := s.(lockState)
-			return st.last*0x9e3779b97f4a7c15 ^ st.holder
+			return st.last*0x9e3779b97f4a7c15 ^ st.holder ^ uint64(len(st.forced))<<56
 		},
 		DescribeOperation: describeOp,
 		DescribeState: func(s interface{}) string {
@@ -82,7 +107,16 @@ func lockModel() porcupine.Model {
 			if st.holder != 0 {
 				holder = FormatToken(st.holder)
 			}
-			return fmt.Sprintf("last=%s holder=%s", FormatToken(st.last), holder)
+			d := fmt.Sprintf("last=%s holder=%s", FormatToken(st.last), holder)
+			if st.forced != "" {
+				var fs []string
+				for _, f := range strings.Split(st.forced, ",") {
+					t, _ := strconv.ParseUint(f, 10, 64)
+					fs = append(fs, FormatToken(t))
+				}
+				d += " forced-untold=" + strings.Join(fs, ",")
+			}
+			return d
 		},
 		DescribeOperationMetadata: describeMetadata,
 	}
@@ -90,8 +124,11 @@ func lockModel() porcupine.Model {
 
 // lockStep: an acquire must grant a token above every earlier grant and
 // makes it the holder (an earlier holder's lease may have expired unseen);
-// a check that returned true and a release that lockd performed are legal
-// only for the current holder. Failed and unknown operations impose nothing.
+// a check that returned true, a re-entrant acquire, and a release that
+// lockd performed are legal only for the current holder. A force-release
+// ends the current holder's hold; that holder may still check until it is
+// told (its lost operation), and not after. Failed and unknown operations
+// impose nothing.
 func lockStep(state, input, output interface{}) (bool, interface{}) {
 	s := state.(lockState)
 	in := input.(opInput)
@@ -103,14 +140,24 @@ func lockStep(state, input, output interface{}) (bool, interface{}) {
 		if in.token <= s.last {
 			return false, s
 		}
-		return true, lockState{last: in.token, holder: in.token}
-	case history.Check:
-		return s.holder != 0 && in.token == s.holder, s
+		s.last, s.holder = in.token, in.token
+		return true, s
+	case history.Check, history.Reenter:
+		return (s.holder != 0 && in.token == s.holder) || s.isForced(in.token), s
 	case history.Release:
 		if s.holder == 0 || in.token != s.holder {
 			return false, s
 		}
-		return true, lockState{last: s.last}
+		s.holder = 0
+		return true, s
+	case history.Force:
+		if s.holder == 0 || in.token != s.holder {
+			return false, s
+		}
+		s.holder = 0
+		return true, s.withForced(in.token, true)
+	case history.Lost:
+		return true, s.withForced(in.token, false)
 	}
 	return false, s
 }
@@ -190,6 +237,12 @@ func describeOp(input, output interface{}) string {
 			history.Ok:   fmt.Sprintf("%s v=%d", FormatToken(in.fence), in.value),
 			history.Fail: "fail",
 		}[out]
+	case history.Reenter:
+		arg = FormatToken(in.token)
+		res = map[history.Outcome]string{history.Ok: "held", history.Fail: "refused"}[out]
+	case history.Force, history.Lost, history.Gone, history.Unhold:
+		arg = FormatToken(in.token)
+		res = map[history.Outcome]string{history.Ok: "done"}[out]
 	}
 	if res == "" {
 		res = "?"

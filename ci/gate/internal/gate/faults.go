@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
-	"github.com/lockd-dev/lockd/pkg/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -26,17 +22,30 @@ const (
 	KindWorkerPause        = "worker-pause"
 	KindArbiterKill        = "arbiter-kill"
 	KindRestore            = "restore"
+	KindArbiterStop        = "arbiter-stop"
+	KindStoreRebuild       = "store-rebuild"
+	KindForceRelease       = "force-release"
+	KindClassReload        = "class-reload"
+	// KindReentrant is not scheduled: with it, workers sometimes acquire
+	// the key they hold again from a second goroutine, racing their own
+	// release; the count is the re-entries that happened.
+	KindReentrant = "reentrant"
 )
 
 // Kinds lists every fault kind, in the order "all" means.
 var Kinds = []string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
-	KindWorkerPause, KindArbiterKill, KindRestore}
+	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
+	KindClassReload, KindReentrant}
+
+// scheduled reports whether the schedule injects kind (rather than the
+// workers doing it all along).
+func scheduled(kind string) bool { return kind != KindReentrant }
 
 // inject runs the fault schedule until the run's duration is over: kinds
 // in a seeded shuffle, round robin so every kind comes up, with quiet gaps.
 func (r *run) inject(ctx context.Context) {
 	end := time.Now().Add(r.o.Duration)
-	order := append([]string(nil), r.o.Faults...)
+	order := slices.DeleteFunc(append([]string(nil), r.o.Faults...), func(k string) bool { return !scheduled(k) })
 	r.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	quiet := func() bool {
 		d := time.Duration(1000+r.rnd.IntN(2000)) * time.Millisecond
@@ -78,6 +87,12 @@ func (r *run) needs(kind string) time.Duration {
 		return TTL + 4*time.Second
 	case KindRestore:
 		return 12 * time.Second
+	case KindArbiterStop:
+		return TTL + 6*time.Second
+	case KindStoreRebuild:
+		return 10 * time.Second
+	case KindClassReload:
+		return 7 * time.Second
 	default:
 		return 5 * time.Second
 	}
@@ -123,7 +138,7 @@ func (r *run) fault(ctx context.Context, kind string) error {
 			err = r.cl.Resume(m)
 		}
 	case KindWorkerPause:
-		w, werr := r.nextAnnouncer(ctx, 5*time.Second)
+		w, werr := r.nextAnnouncer(ctx, 15*time.Second) // after a restore nothing is held for the grace
 		if werr != nil {
 			return werr
 		}
@@ -145,12 +160,21 @@ func (r *run) fault(ctx context.Context, kind string) error {
 	case KindRestore:
 		f.Target = "cluster"
 		err = r.restore(ctx, &f)
+	case KindArbiterStop:
+		err = r.arbiterStop(ctx, &f)
+	case KindStoreRebuild:
+		f.Target = "cluster"
+		err = r.storeRebuild(ctx, &f)
+	case KindForceRelease:
+		err = r.forceRelease(ctx, &f)
+	case KindClassReload:
+		err = r.classReload(ctx, &f)
 	default:
 		return fmt.Errorf("%w: unknown fault kind %q", ErrUsage, kind)
 	}
 	f.End = history.Now()
 	if err != nil {
-		f.Note = "error: " + err.Error()
+		f.Err = err.Error()
 	}
 	r.recordFault(f)
 	return err
@@ -191,46 +215,154 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	if err := r.cl.Restore(ctx, snap); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(r.arbiters[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	admin, closeAdmin, err := r.admin()
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	admin := lockv1.NewAdminServiceClient(conn)
-	as := func(id string) context.Context {
-		return metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, id)
+	defer closeAdmin()
+	st, err := admin.waitSealed(ctx, func(*lockv1.EpochStatusResponse) bool { return true })
+	if err != nil {
+		return fmt.Errorf("lockd did not report the restored store as sealed: %w", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cctx, cancel := context.WithTimeout(as(operator), 3*time.Second)
-		st, err := admin.EpochStatus(cctx, &lockv1.EpochStatusRequest{})
-		cancel()
-		if err == nil && st.GetSealed() {
-			// Two operators: one requests, the other approves.
-			cctx, cancel := context.WithTimeout(as(operator), 3*time.Second)
-			req, rerr := admin.RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: st.GetEpoch(), Reason: "release gate: restore fault"})
-			cancel()
-			if rerr != nil {
-				return fmt.Errorf("request epoch advance: %w", rerr)
-			}
-			cctx, cancel = context.WithTimeout(as(operator2), 3*time.Second)
-			resp, aerr := admin.ApproveEpochAdvance(cctx, &lockv1.ApproveEpochAdvanceRequest{Id: req.GetId()})
-			cancel()
-			if aerr != nil {
-				return fmt.Errorf("approve epoch advance: %w", aerr)
-			}
-			f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted", st.GetEpoch(), resp.GetEpoch(), resp.GetHoldsDeleted())
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lockd did not report the restored store as sealed within 20s (last: %v)", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	epoch, deleted, err := admin.advance(ctx, st.GetEpoch(), max(st.GetEpoch(), st.GetHighestEpoch())+1, "release gate: restore fault")
+	if err != nil {
+		return err
 	}
+	f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted", st.GetEpoch(), epoch, deleted)
 	for _, a := range r.arbiters {
 		if err := a.WaitReady(ctx, 20*time.Second); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// arbiterStop SIGSTOPs a lockd past the TTL and resets every connection
+// to it, so its clients' reconnects reach a listener that accepts and
+// never answers (the stopped process's backlog, through its proxy), then
+// SIGCONTs it. It picks the lockd of a worker whose supervised child has
+// just started a unit longer than the TTL, when one comes within 10s: that
+// child must be dead before anyone else writes its key.
+func (r *run) arbiterStop(ctx context.Context, f *history.Fault) error {
+	i := r.rnd.IntN(len(r.arbiters))
+	for drained := false; !drained; { // only a child that starts from now on
+		select {
+		case <-r.childRun:
+		default:
+			drained = true
+		}
+	}
+	select {
+	case w := <-r.childRun:
+		i = w % len(r.arbiters)
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	a := r.arbiters[i]
+	f.Target, f.Start = a.Name, history.Now()
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	r.proxies[i].Reset()
+	time.Sleep(TTL + 3*time.Second)
+	if err := a.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	return a.WaitReady(ctx, 20*time.Second)
+}
+
+// storeRebuild wipes the cluster and starts it empty with the same
+// cluster ID: lockd must seal (no epoch record) and the run goes on only
+// after two operators initialise the epoch above every earlier one.
+func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
+	admin, closeAdmin, err := r.admin()
+	if err != nil {
+		return err
+	}
+	defer closeAdmin()
+	highest := uint32(0)
+	for _, a := range r.arbiters {
+		st, err := admin.status(ctx, a.Addr)
+		if err != nil {
+			return fmt.Errorf("epoch status before the rebuild: %w", err)
+		}
+		highest = max(highest, st.GetHighestEpoch(), st.GetEpoch())
+	}
+	f.Start = history.Now()
+	if err := r.cl.Rebuild(ctx); err != nil {
+		return err
+	}
+	if _, err := admin.waitSealed(ctx, func(st *lockv1.EpochStatusResponse) bool { return st.GetRecordMissing() }); err != nil {
+		return fmt.Errorf("lockd did not seal the rebuilt store for its missing epoch record: %w", err)
+	}
+	epoch, _, err := admin.advance(ctx, 0, highest+1, "release gate: store rebuilt empty")
+	if err != nil {
+		return err
+	}
+	f.Note = fmt.Sprintf("rebuilt empty; epoch initialised at %d (highest before: %d)", epoch, highest)
+	for _, a := range r.arbiters {
+		if err := a.WaitReady(ctx, 20*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forceRelease has the two operators release a key a worker holds. The
+// forced holder may go on believing it holds only until it is told (its
+// lost operation); the model fails it if it acts after that.
+func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
+	admin, closeAdmin, err := r.admin()
+	if err != nil {
+		return err
+	}
+	defer closeAdmin()
+	f.Start = history.Now()
+	// Up to 20s: after a restore or a rebuild nothing is held until the
+	// advance's grace has passed.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		key := fmt.Sprintf("%s/k%d", Namespace, r.rnd.IntN(r.o.Keys))
+		held, err := admin.inspect(ctx, key)
+		if err != nil || !held.GetHeld() {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		req, err := admin.requestForce(ctx, key)
+		if err != nil {
+			continue // released meanwhile
+		}
+		fr := req.GetForceRelease()
+		tok := uint64(held.GetHold().GetToken().GetEpoch())<<48 | uint64(fr.GetHoldRevision())
+		f.Target, f.Start = key, history.Now()
+		op := r.rec.Begin(history.Force, key, tok, 0)
+		if err := admin.approveForce(ctx, fr.GetId()); err != nil {
+			op.Err = err.Error()
+			r.rec.End(op, history.Fail) // the hold changed: nothing was released
+			continue
+		}
+		r.rec.End(op, history.Ok)
+		f.Note = fmt.Sprintf("forced %s's hold (session %d)", fr.GetHolder(), fr.GetSessionId())
+		return nil
+	}
+	return fmt.Errorf("no held key could be released by force within 20s")
+}
+
+// classReload lowers the class TTL and removes one worker's grant for a
+// few seconds, then restores both: holders keep their sessions, new
+// sessions take the new TTL, and the worker without a grant is refused
+// (its hold ends with its session, since it may not release it).
+func (r *run) classReload(ctx context.Context, f *history.Fault) error {
+	drop := r.rnd.IntN(len(r.workers))
+	f.Target, f.Start = r.workers[drop].Name, history.Now()
+	if err := r.writeClasses(LowTTL, drop); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(time.Duration(4000+r.rnd.IntN(2000)) * time.Millisecond):
+	case <-ctx.Done():
+	}
+	f.Note = fmt.Sprintf("ttl %s -> %s and the grant of %s removed, then restored", TTL, LowTTL, r.workers[drop].Name)
+	return r.writeClasses(TTL, -1)
 }

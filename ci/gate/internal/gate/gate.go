@@ -26,16 +26,20 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/gate/internal/register"
+	"github.com/lockd-dev/lockd/ci/gate/internal/worker"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
 	"github.com/lockd-dev/lockd/internal/pgserver"
+	"github.com/lockd-dev/lockd/internal/tcpproxy"
 )
 
-// The gate's lock namespace, class and TTL.
+// The gate's lock namespace, class and TTLs: the class-reload fault lowers
+// the TTL from TTL to LowTTL for a while.
 const (
 	Namespace = "gate"
 	ClassName = "fenced"
-	TTL       = 5 * time.Second
+	TTL       = 6 * time.Second
+	LowTTL    = 5 * time.Second
 	operator  = "spiffe://gate.local/operator"
 	operator2 = "spiffe://gate.local/operator-2"
 )
@@ -60,6 +64,7 @@ type Options struct {
 	Postgres  string // an existing PostgreSQL URL (optional)
 	Fencing   bool   // false: the negative control, the register accepts stale tokens
 	Broken    bool   // build lockd with the grant's absence compare removed
+	LateFence bool   // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
 	Expect    bool   // expect at least one violation (controls)
 	MinGrants int
 	Artifacts string
@@ -74,11 +79,14 @@ type Summary struct {
 	Register   string         `json:"register"`
 	Fencing    bool           `json:"fencing"`
 	Broken     bool           `json:"brokenBuild"`
+	LateFence  bool           `json:"lateFence"`
 	Workers    int            `json:"workers"`
 	Arbiters   int            `json:"arbiters"`
 	Keys       int            `json:"keys"`
 	Faults     int            `json:"faults"`
 	FaultKinds map[string]int `json:"faultKinds"`
+	// FailedFaults are injections that failed (they are not counted).
+	FailedFaults []string `json:"failedFaults,omitempty"`
 	Check      check.Result   `json:"check"`
 	Artifacts  string         `json:"artifacts"`
 	Passed     bool           `json:"passed"`
@@ -89,11 +97,15 @@ type run struct {
 	o        Options
 	dir      string
 	exe      string
+	workerEx string // the workers' binary (built with gate_late_fence for that control)
 	rnd      *rand.Rand
 	cl       *cluster.Cluster
 	arbiters []*proc.Lockd
+	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
 	workers  []*proc.Proc
 	regURL   string
+	rec      *history.Recorder // the gate's own operations (force-releases)
+	grantOf  []string          // each worker's identity, for the class files
 
 	stopPG  func() error
 	stopMem func()
@@ -101,13 +113,17 @@ type run struct {
 	mu       sync.Mutex
 	faults   []history.Fault
 	announce chan int // workers that just passed their check
+	childRun chan int // child-mode workers whose child just started
 }
+
+// gateHistory is the worker id of the gate's own operations.
+const gateHistory = 999
 
 // Run runs the gate and returns its summary. The error is non-nil when the
 // gate fails (violations, too little work, or a control that found none).
 func Run(ctx context.Context, o Options) (Summary, error) {
-	r := &run{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x9a7e)), announce: make(chan int, 64)}
-	s := Summary{Seed: o.Seed, Duration: o.Duration.String(), Fencing: o.Fencing, Broken: o.Broken,
+	r := &run{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x9a7e)), announce: make(chan int, 64), childRun: make(chan int, 64)}
+	s := Summary{Seed: o.Seed, Duration: o.Duration.String(), Fencing: o.Fencing, Broken: o.Broken, LateFence: o.LateFence,
 		Workers: o.Workers, Arbiters: o.Arbiters, Keys: o.Keys, FaultKinds: map[string]int{}}
 	if err := r.setup(ctx, &s); err != nil {
 		r.teardown()
@@ -118,10 +134,21 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	r.inject(ctx)
 	r.teardown()
 	for _, f := range r.faults {
+		if f.Err != "" {
+			s.FailedFaults = append(s.FailedFaults, f.Kind+": "+f.Err)
+			continue // not injected: it does not count
+		}
 		s.FaultKinds[f.Kind]++
+		s.Faults++
 	}
-	s.Faults = len(r.faults)
-	return s, r.verdict(&s)
+	err := r.verdict(&s)
+	if slices.Contains(o.Faults, KindReentrant) {
+		// Re-entrant workers are a behaviour, not a scheduled fault: count
+		// the re-entries that happened.
+		s.FaultKinds[KindReentrant] = s.Check.Reenters
+		s.Faults += s.Check.Reenters
+	}
+	return s, err
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -154,6 +181,18 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("gate: building lockd: %v\n%s", err, out)
 	}
+	r.workerEx = r.exe
+	if o.LateFence {
+		r.workerEx = filepath.Join(r.dir, "bin", "gate-late-fence")
+		args := []string{"build", "-tags", "gate_late_fence", "-o", r.workerEx, "github.com/lockd-dev/lockd/ci/gate"}
+		r.logf("gate: go %s", strings.Join(args, " "))
+		if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("gate: building the late-fence workers: %v\n%s", err, out)
+		}
+	}
+	if r.rec, err = history.Create(filepath.Join(r.dir, "histories", "worker-gate.jsonl"), gateHistory); err != nil {
+		return err
+	}
 
 	// The fenced register.
 	keys := make([]string, o.Keys)
@@ -184,7 +223,10 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	r.logf("gate: etcd cluster up: %s (netns %v)", strings.Join(r.cl.Endpoints(), ","), useNetns)
 
 	// lockd arbiters.
-	if err := writeClasses(filepath.Join(r.dir, "classes"), o.Workers); err != nil {
+	for i := range o.Workers {
+		r.grantOf = append(r.grantOf, workerID(i))
+	}
+	if err := r.writeClasses(TTL, -1); err != nil {
 		return err
 	}
 	aports, err := proc.FreePorts(2 * o.Arbiters)
@@ -211,6 +253,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 			return err
 		}
 		r.arbiters = append(r.arbiters, a)
+		p, err := tcpproxy.Start(a.Addr)
+		if err != nil {
+			return err
+		}
+		r.proxies = append(r.proxies, p)
 	}
 	for _, a := range r.arbiters {
 		if err := a.WaitReady(ctx, 30*time.Second); err != nil {
@@ -221,20 +268,37 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 
 	// Workers.
 	for i := range o.Workers {
-		w := &proc.Proc{Name: fmt.Sprintf("worker-%d", i), Bin: r.exe, Log: filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.log", i))}
+		w := &proc.Proc{Name: fmt.Sprintf("worker-%d", i), Bin: r.workerEx, Log: filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.log", i))}
 		idx := i
 		w.OnLine = func(line string) {
-			if strings.HasPrefix(line, "about-to-write") {
-				select {
-				case r.announce <- idx:
-				default:
+			ch := r.announce
+			switch {
+			case strings.HasPrefix(line, worker.Announcement):
+			case strings.HasPrefix(line, worker.ChildStarted):
+				// Only units that outlast the TTL: a short one ends by itself
+				// before anyone else could be granted its key.
+				f := strings.Fields(line)
+				if d, err := time.ParseDuration(f[len(f)-1]); err != nil || d < TTL {
+					return
 				}
+				ch = r.childRun
+			default:
+				return
+			}
+			select {
+			case ch <- idx:
+			default:
 			}
 		}
-		w.Args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.arbiters[i%len(r.arbiters)].Addr,
+		w.Args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.proxies[i%len(r.arbiters)].Addr(),
 			"--identity", workerID(i), "--keys", strings.Join(keys, ","), "--class", Namespace + "/" + ClassName,
 			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
 			"--register", r.regURL, "--seed", strconv.FormatUint(o.Seed, 10)}
+		if childWorker(i) {
+			w.Args = append(w.Args, "--child")
+		} else if slices.Contains(o.Faults, KindReentrant) {
+			w.Args = append(w.Args, "--reentrant")
+		}
 		if err := w.Start(); err != nil {
 			return err
 		}
@@ -292,8 +356,14 @@ func (r *run) teardown() {
 	for _, w := range r.workers {
 		w.Stop(10 * time.Second)
 	}
+	for _, p := range r.proxies {
+		p.Close()
+	}
 	for _, a := range r.arbiters {
 		a.Stop(5 * time.Second)
+	}
+	if r.rec != nil {
+		_ = r.rec.Close()
 	}
 	if r.cl != nil {
 		r.cl.Close()
@@ -310,6 +380,10 @@ func (r *run) recordFault(f history.Fault) {
 	r.mu.Lock()
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
+	if f.Err != "" {
+		r.logf("fault: %s %s FAILED: %s", f.Kind, f.Target, f.Err)
+		return
+	}
 	r.logf("fault: %s %s (%.1fs) %s", f.Kind, f.Target, float64(f.End-f.Start)/1e9, f.Note)
 }
 

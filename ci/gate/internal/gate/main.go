@@ -32,6 +32,10 @@ Examples:
   # A lockd whose grant skips the absence compare; must find a violation
   go run ./ci/gate --duration 20s --faults none --broken-build --expect-violation
 
+  # Workers whose supervised children outlive their lock (lockctl's old
+  # supervision) while their lockd is stopped; must find a violation
+  go run ./ci/gate --duration 40s --faults arbiter-stop --late-fence --expect-violation
+
 Flags:
 `
 
@@ -52,6 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the register (default: start one)")
 	fs.BoolVar(&o.Fencing, "fencing", true, "false: the register accepts writes without comparing tokens (negative control)")
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
+	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
 	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration)")
 	fs.StringVar(&o.Artifacts, "artifacts", "gate-artifacts", "folder for histories, summaries and visualisations")
@@ -103,6 +108,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)
 		}
+	}
+	for _, f := range s.FailedFaults {
+		fmt.Fprintf(stdout, "  not injected: %s\n", f)
 	}
 	for _, d := range c.Details {
 		fmt.Fprintf(stdout, "  violation: %s\n", d)

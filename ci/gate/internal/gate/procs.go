@@ -2,18 +2,27 @@ package gate
 
 import (
 	"fmt"
+	"path/filepath"
+	"time"
 
 	"github.com/lockd-dev/lockd/ci/internal/classdir"
 )
 
-// writeClasses writes the gate's lock classes: one fenced class with the
-// shortest TTL the rules allow, and a grant per worker.
-func writeClasses(dir string, workers int) error {
-	ids := make([]string, workers)
-	for i := range ids {
-		ids[i] = workerID(i)
+// writeClasses writes the gate's lock classes: one fenced class with ttl,
+// and a grant per worker except worker drop (-1 keeps them all).
+func (r *run) writeClasses(ttl time.Duration, drop int) error {
+	var ids []string
+	for i, id := range r.grantOf {
+		if i != drop {
+			ids = append(ids, id)
+		}
 	}
-	return classdir.Write(dir, classdir.Fenced{Namespace: Namespace, Name: ClassName, Resource: "gate-register", TTL: TTL}, ids)
+	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName, Resource: "gate-register", TTL: ttl}, ids)
 }
 
 func workerID(i int) string { return fmt.Sprintf("spiffe://gate.local/worker/%d", i) }
+
+// childWorker reports whether worker i runs its units of work as
+// supervised children (one worker in three; with two arbiters, each has
+// one).
+func childWorker(i int) bool { return i%3 == 2 }

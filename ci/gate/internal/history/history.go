@@ -39,7 +39,34 @@ const (
 	// Release releases Token's hold. Ok: lockd released it. Fail: the hold
 	// was no longer this token's (stale) or was already lost on the client.
 	Release Kind = "release"
+	// Reenter is an Acquire of a key the worker already held, from a second
+	// goroutine, that returned the held Token (a re-entrant hold). Ok: the
+	// client said the hold is still its own, as a Check does.
+	Reenter Kind = "reenter"
+	// Unhold releases one Lock of a re-entrant hold; whether it was the last
+	// one is not known, so it says nothing about the hold.
+	Unhold Kind = "unhold"
+	// Force is the gate's two operators releasing Token's hold by force.
+	// Ok: the approval committed.
+	Force Kind = "force"
+	// Lost is a worker's lock of Token ending (onFence ran); Err says why.
+	// After it the worker must not act as the holder.
+	Lost Kind = "lost"
+	// Gone is the unit of work of Token's hold, run as a supervised child
+	// process, having stopped: the child's own last record before it exits,
+	// or the supervisor's SIGKILL.
+	Gone Kind = "gone"
 )
+
+// Instant records an operation that happens at one moment (Call = Return).
+func (r *Recorder) Instant(kind Kind, key string, tok uint64, note string) {
+	op := r.Begin(kind, key, tok, 0)
+	op.Err = note
+	op.Outcome, op.Return = Ok, op.Call
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.write(record{Op: op, Done: true})
+}
 
 // Outcome is how an operation ended.
 type Outcome string
@@ -76,6 +103,8 @@ type Fault struct {
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"`
 	Note   string `json:"note,omitempty"`
+	// Err is why the injection failed; a failed fault is not counted.
+	Err string `json:"err,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC: unlike time.Now's monotonic reading, it is the

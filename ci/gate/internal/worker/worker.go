@@ -4,6 +4,12 @@
 // holds long, sometimes it releases early. Every operation is recorded with
 // its call and return times and its outcome; a timeout is unknown, never
 // failed.
+//
+// A child-mode worker runs each hold's unit of work (the read and the
+// write) in a child process supervised exactly as `lockctl lock` does
+// (lock.Supervision), so the gate can check that the child is gone before
+// the next holder writes. A re-entrant worker sometimes acquires the key it
+// holds again from a second goroutine, racing its own release.
 package worker
 
 import (
@@ -14,35 +20,45 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/gate/internal/register"
+	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
 )
 
-// Announcement written on stdout just after a holder's CanStart() returned
-// true and before its read-modify-write: the gate pauses a worker here, the
-// window no client-side check can cover.
-const Announcement = "about-to-write"
+// Announcements on stdout. AboutToWrite comes just after a holder's
+// CanStart() returned true and before its read-modify-write: the gate pauses
+// a worker there, the window no client-side check can cover. ChildStarted,
+// with the key and how long the unit will run, comes when a child-mode
+// worker's unit of work starts: the gate stops that worker's lockd during
+// a long one.
+const (
+	Announcement = "about-to-write"
+	ChildStarted = "child-started"
+)
 
 // Options configure a worker.
 type Options struct {
-	ID       int
-	Target   string
-	Identity string
-	Keys     []string
-	Class    string
-	History  string
-	Register string // a postgres:// URL or the gate's http:// register
-	Seed     uint64
-	Wait     time.Duration
+	ID        int
+	Target    string
+	Identity  string
+	Keys      []string
+	Class     string
+	History   string
+	Register  string // a postgres:// URL or the gate's http:// register
+	Seed      uint64
+	Wait      time.Duration
+	Child     bool // run each unit of work as a supervised child process
+	Reentrant bool // sometimes re-acquire the held key from a second goroutine
 }
 
 // Run is the worker process's main: it runs until SIGTERM.
@@ -58,6 +74,8 @@ func Run(args []string) error {
 	fs.StringVar(&o.Register, "register", "", "register URL")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed")
 	fs.DurationVar(&o.Wait, "wait", 3*time.Second, "acquire wait")
+	fs.BoolVar(&o.Child, "child", false, "run each unit of work as a supervised child")
+	fs.BoolVar(&o.Reentrant, "reentrant", false, "sometimes re-acquire the held key from a second goroutine")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,7 +92,10 @@ type worker struct {
 	reg register.Register
 	out *bufio.Writer
 	cli *client.Client
+	exe string
 	n   int64 // values written
+	// children counts child processes, for their history files.
+	children int
 }
 
 func (o Options) run(ctx context.Context) error {
@@ -93,7 +114,11 @@ func (o Options) run(ctx context.Context) error {
 		reg = register.OpenHTTP(o.Register)
 	}
 	defer reg.Close()
-	w := &worker{o: o, rnd: rand.New(rand.NewPCG(o.Seed, uint64(o.ID))), rec: rec, reg: reg, out: bufio.NewWriter(os.Stdout)}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	w := &worker{o: o, rnd: rand.New(rand.NewPCG(o.Seed, uint64(o.ID))), rec: rec, reg: reg, out: bufio.NewWriter(os.Stdout), exe: exe}
 	defer func() {
 		if w.cli != nil {
 			_ = w.cli.Close()
@@ -141,21 +166,39 @@ func (w *worker) recycle() {
 	}
 }
 
+// onFence records that the lock of tok ended: from here on the worker must
+// not act as its holder.
+func (w *worker) onFence(key string) func(*client.Lock) {
+	return func(l *client.Lock) {
+		w.rec.Instant(history.Lost, key, l.Token(), fmt.Sprint(l.Err()))
+	}
+}
+
+// acquire records and runs one Acquire.
+func (w *worker) acquire(ctx context.Context, cli *client.Client, key string, onFence func(*client.Lock)) (*client.Lock, error) {
+	op := w.rec.Begin(history.Acquire, key, 0, 0)
+	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
+	l, err := cli.Acquire(actx, key, w.o.Class, onFence, client.Wait(w.o.Wait))
+	cancel()
+	if err != nil {
+		op.Err = err.Error()
+		w.rec.End(op, acquireOutcome(err))
+		return nil, err
+	}
+	op.Token = l.Token()
+	w.rec.End(op, history.Ok)
+	return l, nil
+}
+
 func (w *worker) round(ctx context.Context) error {
 	cli, err := w.client()
 	if err != nil {
 		return err
 	}
 	key := w.o.Keys[w.rnd.IntN(len(w.o.Keys))]
-	op := w.rec.Begin(history.Acquire, key, 0, 0)
-	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
-	l, err := cli.Acquire(actx, key, w.o.Class, func(*client.Lock) {}, client.Wait(w.o.Wait))
-	cancel()
+	l, err := w.acquire(ctx, cli, key, w.onFence(key))
 	if err != nil {
-		out := acquireOutcome(err)
-		op.Err = status.Code(err).String()
-		w.rec.End(op, out)
-		if out == history.Unknown {
+		if acquireOutcome(err) == history.Unknown {
 			w.recycle()
 		}
 		if ctx.Err() == nil {
@@ -164,9 +207,20 @@ func (w *worker) round(ctx context.Context) error {
 		return nil
 	}
 	tok := l.Token()
-	op.Token = tok
-	w.rec.End(op, history.Ok)
 
+	if w.o.Child {
+		w.childUnit(ctx, l, key)
+		w.release(l, key, history.Release)
+		return nil
+	}
+	var second sync.WaitGroup
+	releaseKind := history.Release
+	if w.o.Reentrant && w.rnd.IntN(10) < 4 {
+		releaseKind = history.Unhold // which release is the last is not known
+		second.Add(1)
+		delay := time.Duration(w.rnd.IntN(400)) * time.Millisecond
+		go func() { defer second.Done(); w.reenter(ctx, cli, key, tok, delay) }()
+	}
 	rounds := 1
 	if w.rnd.IntN(10) < 3 {
 		rounds = 3 + w.rnd.IntN(4) // hold long
@@ -180,25 +234,67 @@ func (w *worker) round(ctx context.Context) error {
 		// Release early sometimes: before the work's last pause.
 		time.Sleep(time.Duration(w.rnd.IntN(20)) * time.Millisecond)
 	}
-	op = w.rec.Begin(history.Release, key, tok, 0)
+	w.release(l, key, releaseKind)
+	second.Wait()
+	return nil
+}
+
+// reenter is the second goroutine of a re-entrant round: after delay it
+// acquires the key again (re-entering the hold, or, if the first goroutine
+// has released it meanwhile, as a new grant), checks once, and releases.
+func (w *worker) reenter(ctx context.Context, cli *client.Client, key string, held uint64, delay time.Duration) {
+	time.Sleep(delay)
+	op := w.rec.Begin(history.Acquire, key, 0, 0)
+	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
+	l, err := cli.Acquire(actx, key, w.o.Class, w.onFence(key), client.Wait(w.o.Wait))
+	cancel()
+	if err != nil {
+		op.Err = err.Error()
+		w.rec.End(op, acquireOutcome(err))
+		return
+	}
+	op.Token = l.Token()
+	kind := history.Release
+	if l.Token() == held {
+		op.Kind, kind = history.Reenter, history.Unhold
+	}
+	w.rec.End(op, history.Ok)
+	c := w.rec.Begin(history.Check, key, l.Token(), 0)
+	if l.CanStart() {
+		w.rec.End(c, history.Ok)
+	} else {
+		w.rec.End(c, history.Fail)
+	}
+	time.Sleep(time.Duration(w.rnd.IntN(150)) * time.Millisecond)
+	w.release(l, key, kind)
+}
+
+// release records and runs one release of l.
+func (w *worker) release(l *client.Lock, key string, kind history.Kind) {
+	op := w.rec.Begin(kind, key, l.Token(), 0)
 	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	held, err := l.ReleaseHeld(rctx)
 	cancel()
 	switch {
+	case kind == history.Unhold:
+		if err != nil {
+			op.Err = err.Error()
+		}
+		w.rec.End(op, history.Ok)
 	case err == nil && held:
 		w.rec.End(op, history.Ok)
-	case err == nil, errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrDeadline), errors.Is(err, client.ErrClosed),
-		errors.Is(err, client.ErrEpoch):
-		w.rec.End(op, history.Fail)
-	case status.Code(err) == codes.FailedPrecondition, status.Code(err) == codes.NotFound:
-		op.Err = status.Code(err).String()
+	case err == nil, client.Definite(err), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrDeadline),
+		errors.Is(err, client.ErrClosed), errors.Is(err, client.ErrEpoch), errors.Is(err, client.ErrForced),
+		errors.Is(err, client.ErrSessionEnded):
+		if err != nil {
+			op.Err = err.Error()
+		}
 		w.rec.End(op, history.Fail)
 	default:
-		op.Err = status.Code(err).String()
+		op.Err = err.Error()
 		w.rec.End(op, history.Unknown)
 		w.recycle()
 	}
-	return nil
 }
 
 // work is one unit of work under the lock: check, then read; the last unit
@@ -219,27 +315,35 @@ func (w *worker) work(l *client.Lock, key string, tok uint64, last bool) bool {
 		// the write.
 		time.Sleep(time.Duration(30+w.rnd.IntN(40)) * time.Millisecond)
 	}
-
-	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	op = w.rec.Begin(history.Read, key, 0, 0)
-	fence, value, err := w.reg.Read(rctx, key)
-	cancel()
-	if err != nil {
-		op.Err = err.Error()
-		w.rec.End(op, history.Unknown)
+	if !w.readRegister(w.rec, key) {
 		return false
 	}
-	op.Fence, op.Value = fence, value
-	w.rec.End(op, history.Ok)
 	if !last {
 		time.Sleep(time.Duration(100+w.rnd.IntN(500)) * time.Millisecond)
 		return true
 	}
-
 	w.n++
-	v := int64(w.o.ID+1)<<32 | w.n
+	return w.writeRegister(w.rec, key, tok, int64(w.o.ID+1)<<32|w.n)
+}
+
+func (w *worker) readRegister(rec *history.Recorder, key string) bool {
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	op := rec.Begin(history.Read, key, 0, 0)
+	fence, value, err := w.reg.Read(rctx, key)
+	cancel()
+	if err != nil {
+		op.Err = err.Error()
+		rec.End(op, history.Unknown)
+		return false
+	}
+	op.Fence, op.Value = fence, value
+	rec.End(op, history.Ok)
+	return true
+}
+
+func (w *worker) writeRegister(rec *history.Recorder, key string, tok uint64, v int64) bool {
 	wctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	op = w.rec.Begin(history.Write, key, tok, v)
+	op := rec.Begin(history.Write, key, tok, v)
 	accepted, err := w.reg.Write(wctx, key, tok, v)
 	cancel()
 	switch {
@@ -247,32 +351,95 @@ func (w *worker) work(l *client.Lock, key string, tok uint64, last bool) bool {
 		// Unknown even when the register says it was not sent: a write
 		// recorded as rejected must have been compared and refused.
 		op.Err = err.Error()
-		w.rec.End(op, history.Unknown)
+		rec.End(op, history.Unknown)
 		return false
 	case !accepted:
-		w.rec.End(op, history.Fail)
+		rec.End(op, history.Fail)
 		return false
 	}
-	w.rec.End(op, history.Ok)
+	rec.End(op, history.Ok)
 	return true
 }
 
-// acquireOutcome classifies an Acquire error: definite refusals are Fail,
-// everything else (timeouts, lockd or etcd unreachable) is Unknown.
-func acquireOutcome(err error) history.Outcome {
-	if errors.Is(err, client.ErrClosed) {
-		return history.Fail
+// childUnit runs the hold's unit of work as a child process under
+// lock.Supervision, the code `lockctl lock` runs: the child reads and
+// writes the register with the token from its environment, then goes on
+// working for a while, ignoring SIGTERM. The supervisor's SIGKILL is
+// recorded as the child being gone.
+func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string) {
+	w.children++
+	id := (w.o.ID+1)*1_000_000 + w.children
+	// Most units are short; some run for longer than one TTL, as real work
+	// does while keepalives keep the lock.
+	think := time.Duration(200+w.rnd.IntN(2300)) * time.Millisecond
+	if w.rnd.IntN(3) == 0 {
+		think = time.Duration(6000+w.rnd.IntN(4000)) * time.Millisecond
 	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return history.Unknown
+	cmd := exec.Command(w.exe, "child", "--key", key, "--register", w.o.Register, "--id", strconv.Itoa(id),
+		"--history", strings.TrimSuffix(w.o.History, ".jsonl")+fmt.Sprintf("-child-%d.jsonl", w.children),
+		"--think", think.String(), "--value", strconv.FormatInt(int64(w.o.ID+1)<<32|int64(w.children)<<16, 10))
+	cmd.Env = append(os.Environ(), "LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	childproc.DieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "child: %v\n", err)
+		return
 	}
-	switch st.Code() {
-	case codes.DeadlineExceeded:
-		if strings.Contains(st.Message(), "held by another session") {
-			return history.Fail
+	w.say(fmt.Sprintf("%s %s %s", ChildStarted, key, think))
+	signals := make(chan os.Signal, 1)
+	stop := context.AfterFunc(ctx, func() { signals <- syscall.SIGKILL }) // the worker is stopping
+	defer stop()
+	sup := &lock.Supervision{Lock: l, Cmd: cmd, Grace: 10 * time.Second, Signals: signals, Stderr: os.Stderr,
+		OnKill: func(time.Time) { w.rec.Instant(history.Gone, key, l.Token(), "killed by the supervisor") }}
+	_, _ = sup.Run()
+}
+
+// RunChild is the body of a child process (`gate child`): one unit of work
+// with the token in LOCK_TOKEN, recorded in its own history file.
+func RunChild(args []string) error {
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	key := fs.String("key", "", "key")
+	reg := fs.String("register", "", "register URL")
+	id := fs.Int("id", 0, "history worker id")
+	path := fs.String("history", "", "history file")
+	think := fs.Duration("think", time.Second, "how long the unit goes on after its write")
+	value := fs.Int64("value", 0, "value to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	signal.Ignore(syscall.SIGTERM) // a unit that takes its time to stop
+	tok, err := strconv.ParseUint(os.Getenv("LOCK_TOKEN"), 10, 64)
+	if err != nil {
+		return fmt.Errorf("child: LOCK_TOKEN: %w", err)
+	}
+	rec, err := history.Create(*path, *id)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	var r register.Register
+	if strings.HasPrefix(*reg, "postgres") {
+		if r, err = register.OpenPostgres(context.Background(), *reg); err != nil {
+			return err
 		}
-	case codes.FailedPrecondition, codes.PermissionDenied, codes.InvalidArgument, codes.AlreadyExists, codes.NotFound:
+	} else {
+		r = register.OpenHTTP(*reg)
+	}
+	defer r.Close()
+	w := &worker{reg: r}
+	if w.readRegister(rec, *key) {
+		w.writeRegister(rec, *key, tok, *value)
+	}
+	time.Sleep(*think)
+	rec.Instant(history.Gone, *key, tok, "exited")
+	return nil
+}
+
+// acquireOutcome classifies an Acquire error: lockd's definite refusals
+// are Fail, everything else (timeouts, lockd or etcd unreachable) is
+// Unknown.
+func acquireOutcome(err error) history.Outcome {
+	if errors.Is(err, client.ErrClosed) || client.Definite(err) {
 		return history.Fail
 	}
 	return history.Unknown

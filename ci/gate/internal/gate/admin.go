@@ -1,0 +1,135 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/lockd-dev/lockd/pkg/identity"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// operators is the gate acting as its two operators, straight to the
+// arbiters (not through the workers' proxies).
+type operators struct {
+	r     *run
+	conns []*grpc.ClientConn
+}
+
+// admin connects to every arbiter as the operators; call the func to
+// close.
+func (r *run) admin() (*operators, func(), error) {
+	o := &operators{r: r}
+	for _, a := range r.arbiters {
+		conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			o.close()
+			return nil, nil, err
+		}
+		o.conns = append(o.conns, conn)
+	}
+	return o, o.close, nil
+}
+
+func (o *operators) close() {
+	for _, c := range o.conns {
+		_ = c.Close()
+	}
+}
+
+func as(ctx context.Context, id string) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(metadata.AppendToOutgoingContext(ctx, identity.InsecureIdentityHeader, id), 3*time.Second)
+}
+
+func (o *operators) adminAt(i int) lockv1.AdminServiceClient {
+	return lockv1.NewAdminServiceClient(o.conns[i])
+}
+
+// status is the epoch status of the arbiter at addr.
+func (o *operators) status(ctx context.Context, addr string) (*lockv1.EpochStatusResponse, error) {
+	for i, a := range o.r.arbiters {
+		if a.Addr == addr {
+			cctx, cancel := as(ctx, operator)
+			defer cancel()
+			return o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+		}
+	}
+	return nil, fmt.Errorf("no arbiter at %s", addr)
+}
+
+// waitSealed waits, up to 20s, until every arbiter reports itself sealed
+// and cond holds for its status; it returns the first arbiter's.
+func (o *operators) waitSealed(ctx context.Context, cond func(*lockv1.EpochStatusResponse) bool) (*lockv1.EpochStatusResponse, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		var first *lockv1.EpochStatusResponse
+		all := true
+		for i := range o.conns {
+			cctx, cancel := as(ctx, operator)
+			st, err := o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+			cancel()
+			if err != nil || !st.GetSealed() || !cond(st) {
+				all, last = false, err
+				if err == nil {
+					last = fmt.Errorf("%s: sealed %v: %s", o.r.arbiters[i].Name, st.GetSealed(), st.GetSealedReason())
+				}
+				break
+			}
+			if first == nil {
+				first = st
+			}
+		}
+		if all {
+			return first, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("not within 20s (last: %v)", last)
+}
+
+// advance moves the epoch from `from` to `to` (0: from+1) the only way
+// lockd allows: one operator requests, the other approves.
+func (o *operators) advance(ctx context.Context, from, to uint32, reason string) (uint32, int64, error) {
+	cctx, cancel := as(ctx, operator)
+	req, err := o.adminAt(0).RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: from, ToEpoch: to, Reason: reason})
+	cancel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("request epoch advance: %w", err)
+	}
+	cctx, cancel = as(ctx, operator2)
+	resp, err := o.adminAt(0).ApproveEpochAdvance(cctx, &lockv1.ApproveEpochAdvanceRequest{Id: req.GetId()})
+	cancel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("approve epoch advance: %w", err)
+	}
+	return resp.GetEpoch(), resp.GetHoldsDeleted(), nil
+}
+
+// inspect reads key's hold as an operator (who sees its token).
+func (o *operators) inspect(ctx context.Context, key string) (*lockv1.InspectResponse, error) {
+	cctx, cancel := as(ctx, operator)
+	defer cancel()
+	return lockv1.NewLockServiceClient(o.conns[0]).Inspect(cctx, &lockv1.InspectRequest{Key: key})
+}
+
+func (o *operators) requestForce(ctx context.Context, key string) (*lockv1.RequestForceReleaseResponse, error) {
+	cctx, cancel := as(ctx, operator)
+	defer cancel()
+	return o.adminAt(0).RequestForceRelease(cctx, &lockv1.RequestForceReleaseRequest{Key: key, Reason: "release gate: force-release fault"})
+}
+
+func (o *operators) approveForce(ctx context.Context, id string) error {
+	cctx, cancel := as(ctx, operator2)
+	defer cancel()
+	_, err := o.adminAt(0).ApproveForceRelease(cctx, &lockv1.ApproveForceReleaseRequest{Id: id})
+	return err
+}
