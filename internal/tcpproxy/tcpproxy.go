@@ -77,6 +77,14 @@ func (p *Proxy) Resume() {
 	p.mu.Unlock()
 }
 
+// Retarget sends new connections to target (a DNS flip, a balancer
+// repointed); Reset the open ones to move them too.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Reset closes every open connection with a TCP reset, as a crashed peer
 // or a balancer dropping its connections would.
 func (p *Proxy) Reset() {
@@ -138,7 +146,10 @@ func (p *Proxy) accept() {
 			go p.drain(in) // accepted; nothing is ever answered
 			continue
 		}
-		out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		out, err := net.DialTimeout("tcp", target, 5*time.Second)
 		if err != nil {
 			p.untrack(in)
 			continue

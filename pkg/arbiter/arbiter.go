@@ -144,6 +144,9 @@ type Arbiter struct {
 		rev   int64
 	}
 	maxTTLSeen atomic.Int64 // seconds
+	// storeChanged is closed (and replaced) when the epoch state changes.
+	storeMu      sync.Mutex
+	storeChanged chan struct{}
 
 	qmu     sync.Mutex
 	queues  map[string]*queue

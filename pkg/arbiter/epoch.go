@@ -27,6 +27,7 @@ type epochRecord struct {
 // cluster ID unseals (nextEpoch).
 type epochState struct {
 	epoch     uint32 // the epoch served; while sealed, the highest known
+	record    uint32 // the epoch the store's record holds (0: none)
 	clusterID uint64 // the cluster the epoch was minted for
 	modRev    int64  // ModRevision of /sys/epoch, compared by every grant
 	store     uint64 // cluster ID in the latest response header
@@ -38,6 +39,8 @@ type epochState struct {
 
 // EpochStatus is the epoch as this arbiter sees it.
 type EpochStatus struct {
+	// Epoch is the epoch the store's record holds (0 when it has none): the
+	// --from of an advance.
 	Epoch           uint32
 	RecordClusterID uint64
 	StoreClusterID  uint64
@@ -122,7 +125,7 @@ func nextEpoch(old *epochState, o observation, floor watermark) *epochState {
 		readAt = old.readAt
 	}
 	sealed := func(why string) *epochState {
-		st := &epochState{epoch: highest, store: o.store, sealed: true, why: why, missing: !o.found, readAt: readAt}
+		st := &epochState{epoch: highest, record: o.epoch, store: o.store, sealed: true, why: why, missing: !o.found, readAt: readAt}
 		if old != nil {
 			st.clusterID, st.modRev = old.clusterID, old.modRev
 		}
@@ -141,7 +144,7 @@ func nextEpoch(old *epochState, o observation, floor watermark) *epochState {
 	case o.epoch == highest && old != nil && old.sealed:
 		// Sealed: only a higher epoch unseals.
 		st := *old
-		st.store, st.readAt = o.store, readAt
+		st.store, st.readAt, st.record = o.store, readAt, o.epoch
 		if o.store != old.store && o.store != o.cluster {
 			st.why = fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
 				hexID(o.store), hexID(o.cluster), advanceHint(o.epoch, highest))
@@ -160,7 +163,7 @@ func nextEpoch(old *epochState, o observation, floor watermark) *epochState {
 		return sealed(fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
 			hexID(o.store), hexID(o.cluster), advanceHint(o.epoch, highest)))
 	}
-	return &epochState{epoch: o.epoch, clusterID: o.cluster, modRev: o.modRev, store: o.store, readAt: readAt}
+	return &epochState{epoch: o.epoch, record: o.epoch, clusterID: o.cluster, modRev: o.modRev, store: o.store, readAt: readAt}
 }
 
 // Bootstrap says when the arbiter may create the epoch record itself.
@@ -252,6 +255,17 @@ func (a *Arbiter) apply(o observation) *epochState {
 func (a *Arbiter) installLocked(st *epochState) {
 	old := a.epoch.Swap(st)
 	a.metrics.setSealed(st.sealed, st.epoch)
+	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.clusterID != st.clusterID {
+		// The store may have been swapped (a restore or a rebuild starts
+		// its revisions lower): watches from a revision of the old store
+		// would wait for revisions that are not coming. Followers list again.
+		a.storeMu.Lock()
+		if a.storeChanged != nil {
+			close(a.storeChanged)
+		}
+		a.storeChanged = make(chan struct{})
+		a.storeMu.Unlock()
+	}
 	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.why != st.why {
 		if st.sealed {
 			a.log.Error("sealed: grants and renewals are refused until the epoch advances", "epoch", st.epoch,
@@ -383,7 +397,7 @@ func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
 
 func (a *Arbiter) epochStatus(rev int64) EpochStatus {
 	st := a.epoch.Load()
-	return EpochStatus{Epoch: st.epoch, RecordClusterID: st.clusterID, StoreClusterID: st.store,
+	return EpochStatus{Epoch: st.record, RecordClusterID: st.clusterID, StoreClusterID: st.store,
 		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: a.highestEpoch(), Revision: rev}
 }
 

@@ -456,3 +456,59 @@ func classesWithout(t *testing.T, meta string) *class.Set {
 	}
 	return set
 }
+
+// TestFollowersListAgainWhenTheStoreIsSwapped: lockd's endpoint moves to
+// a restored copy whose revisions are lower than the ones lockd was
+// watching from. After the epoch advance its watches of force-release
+// records must start over on the new store: a holder renewing through it
+// is told of a force-release another arbiter approved (without re-listing,
+// the watch waited for revisions the new store had not reached).
+func TestFollowersListAgainWhenTheStoreIsSwapped(t *testing.T) {
+	t.Parallel() // waits out the grace
+	orig := lockdtest.StartEmbedded(t, t.TempDir())
+	t.Cleanup(orig.Close)
+	origAddr := strings.TrimPrefix(orig.Embedded.Config().AdvertiseClientUrls[0].String(), "http://")
+	env1 := lockdtest.Start(t, lockdtest.Options{Backend: orig})
+	cp := restoredCopy(t, orig)         // taken now, at a low revision
+	grantTokens(t, env1, "t/busy", 100) // the original moves far ahead
+
+	proxy, err := tcpproxy.Start(origAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	flipping := lockdtest.Start(t, lockdtest.Options{Backend: external(t, "http://"+proxy.Addr())})
+	time.Sleep(2 * time.Second) // its watches run on the original, from its high revision
+	proxy.Retarget(strings.TrimPrefix(cp.client, "http://"))
+	proxy.Reset()
+	waitUntil(t, 15*time.Second, "sealed on the restored copy", flipping.Arbiter.Sealed)
+	flipping.AdvanceEpoch(t, 1, "test: restored")
+
+	direct := lockdtest.Start(t, lockdtest.Options{Backend: external(t, cp.client)}) // approves the force
+	c := lockdtest.ClientAt(t, flipping.Addr, lockdtest.Alice)
+	fenced := make(chan error, 1)
+	var l *client.Lock
+	waitUntil(t, 60*time.Second, "a grant after the advance's grace", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		l, err = c.Acquire(ctx, "t/swapped", "std", func(l *client.Lock) { fenced <- l.Err() })
+		return err == nil
+	})
+	_, op1 := direct.Raw(t, lockdtest.Operator)
+	_, op2 := direct.Raw(t, lockdtest.Operator2)
+	req, err := op1.RequestForceRelease(t.Context(), &lockv1.RequestForceReleaseRequest{Key: "t/swapped", Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op2.ApproveForceRelease(t.Context(), &lockv1.ApproveForceReleaseRequest{Id: req.GetForceRelease().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-fenced:
+		if !strings.Contains(err.Error(), "force") {
+			t.Fatalf("lost with %v, want a force-release", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the holder renewing through the arbiter that moved stores was never told of the force-release (CanStart %v)", l.CanStart())
+	}
+}

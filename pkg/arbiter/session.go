@@ -237,6 +237,7 @@ func (a *Arbiter) watchSessions(ctx context.Context) {
 // it lists again. It returns when ctx ends.
 func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue), event func(*clientv3.Event)) {
 	for ctx.Err() == nil {
+		changed := a.storeChangedCh()
 		rev, err := a.list(ctx, prefix, sync)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -245,7 +246,17 @@ func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb
 			a.pause(ctx, a.poll)
 			continue
 		}
-		wch := a.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(),
+		// The watch also ends when the epoch state changes: a restored or
+		// rebuilt store's revisions start lower than rev.
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		wch := a.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(),
 			clientv3.WithPrevKV(), clientv3.WithRev(rev+1))
 		for resp := range wch {
 			if resp.Err() != nil || resp.CompactRevision != 0 {
@@ -255,8 +266,19 @@ func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb
 				event(ev)
 			}
 		}
+		cancel()
 		a.pause(ctx, a.poll)
 	}
+}
+
+// storeChangedCh is closed at the next epoch state change.
+func (a *Arbiter) storeChangedCh() <-chan struct{} {
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	if a.storeChanged == nil {
+		a.storeChanged = make(chan struct{})
+	}
+	return a.storeChanged
 }
 
 // list reads every key under prefix at one revision, in pages, and hands

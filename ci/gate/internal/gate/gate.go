@@ -86,11 +86,11 @@ type Summary struct {
 	Faults     int            `json:"faults"`
 	FaultKinds map[string]int `json:"faultKinds"`
 	// FailedFaults are injections that failed (they are not counted).
-	FailedFaults []string `json:"failedFaults,omitempty"`
-	Check      check.Result   `json:"check"`
-	Artifacts  string         `json:"artifacts"`
-	Passed     bool           `json:"passed"`
-	Reason     string         `json:"reason,omitempty"`
+	FailedFaults []string     `json:"failedFaults,omitempty"`
+	Check        check.Result `json:"check"`
+	Artifacts    string       `json:"artifacts"`
+	Passed       bool         `json:"passed"`
+	Reason       string       `json:"reason,omitempty"`
 }
 
 type run struct {
