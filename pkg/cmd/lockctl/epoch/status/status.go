@@ -33,8 +33,11 @@ func NewCmdStatus(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command 
 			the cluster ID the store reports now, whether lockd is sealed, and the
 			store's revision. Cluster IDs are hexadecimal, as etcdctl prints them.
 
-			Sealed means the two cluster IDs differ: the store was restored and
-			every grant is refused until an operator runs "lockctl epoch advance".
+			Sealed means lockd refuses every grant and renewal until two operators
+			advance the epoch: the two cluster IDs differ (the store was restored),
+			the store has no epoch record (it was rebuilt empty), or the store is
+			behind what lockd has served. The reason says which, and what to run.
+			Highest epoch is the highest lockd has seen: an advance must go above it.
 		`),
 		Example: cmdutil.Example(`
 			$ lockctl epoch status
@@ -66,6 +69,9 @@ type View struct {
 	RecordClusterID string `json:"record_cluster_id"`
 	StoreClusterID  string `json:"store_cluster_id"`
 	Sealed          bool   `json:"sealed"`
+	SealedReason    string `json:"sealed_reason,omitempty"`
+	RecordMissing   bool   `json:"record_missing"`
+	HighestEpoch    uint32 `json:"highest_epoch"`
 	Revision        int64  `json:"revision"`
 }
 
@@ -75,12 +81,18 @@ func Hex(id uint64) string { return strconv.FormatUint(id, 16) }
 // NewView converts an EpochStatusResponse.
 func NewView(r *lockv1.EpochStatusResponse) *View {
 	return &View{Epoch: r.GetEpoch(), RecordClusterID: Hex(r.GetRecordClusterId()),
-		StoreClusterID: Hex(r.GetStoreClusterId()), Sealed: r.GetSealed(), Revision: r.GetRevision()}
+		StoreClusterID: Hex(r.GetStoreClusterId()), Sealed: r.GetSealed(), SealedReason: r.GetSealedReason(),
+		RecordMissing: r.GetRecordMissing(), HighestEpoch: r.GetHighestEpoch(), Revision: r.GetRevision()}
 }
 
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
-	t.Field("Epoch", printer.Cell{Text: strconv.FormatUint(uint64(v.Epoch), 10)})
+	epoch := strconv.FormatUint(uint64(v.Epoch), 10)
+	if v.RecordMissing {
+		epoch = "none (no epoch record)"
+	}
+	t.Field("Epoch", printer.Cell{Text: epoch})
+	t.Field("Highest epoch", printer.Cell{Text: strconv.FormatUint(uint64(v.HighestEpoch), 10)})
 	t.Field("Record cluster ID", printer.Cell{Text: v.RecordClusterID})
 	t.Field("Store cluster ID", printer.Cell{Text: v.StoreClusterID})
 	sealed := printer.Cell{Text: cmdutil.YesNo(v.Sealed), Style: printer.Green}
@@ -91,12 +103,10 @@ func (v *View) WriteTable(t *printer.Table) {
 	t.Field("Revision", printer.Cell{Text: strconv.FormatInt(v.Revision, 10)})
 }
 
-// Notes implements printer.Noter: when sealed, what the operator must do.
+// Notes implements printer.Noter: when sealed, why and what to do.
 func (v *View) Notes() []string {
 	if !v.Sealed {
 		return nil
 	}
-	return []string{fmt.Sprintf(
-		"lockd is SEALED and refuses every lock: the store's cluster ID %s is not the %s epoch %d was minted for, so the store was restored; once the restore is deliberate, run: lockctl epoch advance --from %d --reason \"...\"",
-		v.StoreClusterID, v.RecordClusterID, v.Epoch, v.Epoch)}
+	return []string{fmt.Sprintf("lockd is SEALED and refuses every lock: %s", v.SealedReason)}
 }

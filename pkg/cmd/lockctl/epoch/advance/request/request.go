@@ -23,30 +23,45 @@ type Options struct {
 	Printer func() *printer.Printer
 	Timeout time.Duration
 
-	From   uint32
-	Reason string
+	From, To uint32
+	Reason   string
 }
 
 // NewCmdRequest returns `lockctl epoch advance request`.
 func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Client: f.Client, Printer: f.Printer, Timeout: 30 * time.Second}
 	cmd := &cobra.Command{
-		Use:   "request --from <epoch> --reason <text>",
+		Use:   "request --from <epoch> [--to <epoch>] --reason <text>",
 		Short: "Ask for a new epoch (operators; a second operator approves)",
 		Long: cmdutil.Doc(`
-			Record a request to advance the epoch from --from, the current epoch shown
-			by "lockctl epoch status". Nothing changes yet. A different operator must
-			run "lockctl epoch advance approve <id>" within an hour. The approval then
-			starts the new epoch and deletes every hold.
+			Record a request to advance the epoch from --from, the epoch shown by
+			"lockctl epoch status", to --to (default: the next one). Nothing changes
+			yet. A different operator must run "lockctl epoch advance approve <id>"
+			within an hour. The approval then starts the new epoch and deletes every
+			hold.
+
+			A store rebuilt empty has no epoch record: give --from 0 and a --to above
+			every epoch ever issued on it (docs/operating.md says where to find the
+			last one: lockd's data dir, its logs and metrics, the tokens your fenced
+			resources stored). lockd refuses a --to not above the highest epoch it
+			has seen.
 		`),
 		Example: cmdutil.Example(`
 			$ lockctl epoch status
 			$ lockctl epoch advance request --from 3 --reason "restored etcd from the 02:00 snapshot (INC-1234)"
+			# A store rebuilt empty, whose last epoch was 7:
+			$ lockctl epoch advance request --from 0 --to 8 --reason "etcd rebuilt after losing all disks (INC-1250)"
 		`),
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("from") {
 				return cmdutil.FlagErrorf("--from is required: the current epoch, from `lockctl epoch status`")
+			}
+			if opts.From == 0 && opts.To == 0 {
+				return cmdutil.FlagErrorf("--to is required with --from 0: an epoch above every epoch issued before (see docs/operating.md)")
+			}
+			if opts.To != 0 && opts.To <= opts.From {
+				return cmdutil.FlagErrorf("--to %d must be above --from %d", opts.To, opts.From)
 			}
 			opts.Reason = strings.TrimSpace(opts.Reason)
 			if opts.Reason == "" {
@@ -56,7 +71,7 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 				return runF(opts)
 			}
 			return cmdutil.Call(cmd.Context(), opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.AdminService().RequestEpochAdvance(ctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: opts.From, Reason: opts.Reason})
+				resp, err := c.AdminService().RequestEpochAdvance(ctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: opts.From, ToEpoch: opts.To, Reason: opts.Reason})
 				if err != nil {
 					return err
 				}
@@ -64,7 +79,8 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			})
 		},
 	}
-	cmd.Flags().Uint32Var(&opts.From, "from", 0, "the epoch to advance from (required)")
+	cmd.Flags().Uint32Var(&opts.From, "from", 0, "the epoch to advance from (required; 0 when the store has no epoch record)")
+	cmd.Flags().Uint32Var(&opts.To, "to", 0, "the epoch to advance to (default: the next; required with --from 0)")
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why the epoch advances, recorded in lockd's log (required)")
 	return cmd
 }
@@ -73,6 +89,7 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 type View struct {
 	ID        string    `json:"id"`
 	From      uint32    `json:"from_epoch"`
+	To        uint32    `json:"to_epoch"`
 	Requester string    `json:"requester"`
 	Reason    string    `json:"reason"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -80,13 +97,14 @@ type View struct {
 
 // NewView converts a RequestEpochAdvanceResponse.
 func NewView(r *lockv1.RequestEpochAdvanceResponse) *View {
-	return &View{ID: r.GetId(), From: r.GetFromEpoch(), Requester: r.GetRequester(), Reason: r.GetReason(), ExpiresAt: cmdutil.Time(r.GetExpiresAt())}
+	return &View{ID: r.GetId(), From: r.GetFromEpoch(), To: r.GetToEpoch(), Requester: r.GetRequester(), Reason: r.GetReason(), ExpiresAt: cmdutil.Time(r.GetExpiresAt())}
 }
 
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
 	t.Field("Request", printer.Cell{Text: v.ID})
 	t.Field("From epoch", printer.Cell{Text: strconvU(v.From)})
+	t.Field("To epoch", printer.Cell{Text: strconvU(v.To)})
 	t.Field("Requester", printer.Cell{Text: v.Requester})
 	t.Field("Reason", printer.Cell{Text: v.Reason})
 	t.Field("Expires", printer.Cell{Text: t.Time(v.ExpiresAt)})

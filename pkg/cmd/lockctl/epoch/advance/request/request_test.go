@@ -24,6 +24,9 @@ func TestNewCmdRequestFlags(t *testing.T) {
 		{name: "reason is required", args: []string{"--from", "3"}, wantErr: "--reason is required"},
 		{name: "blank reason", args: []string{"--from", "3", "--reason", "  "}, wantErr: "--reason is required"},
 		{name: "bad from", args: []string{"--from", "-1", "--reason", "x"}, wantErr: `invalid argument "-1" for "--from"`},
+		{name: "initialise", args: []string{"--from", "0", "--to", "8", "--reason", "rebuilt"}, want: Options{From: 0, To: 8, Reason: "rebuilt"}},
+		{name: "from 0 needs to", args: []string{"--from", "0", "--reason", "rebuilt"}, wantErr: "--to is required with --from 0"},
+		{name: "to above from", args: []string{"--from", "3", "--to", "3", "--reason", "x"}, wantErr: "--to 3 must be above --from 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,12 +42,13 @@ func TestNewCmdRequestFlags(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want.From, got.From)
+			require.Equal(t, tt.want.To, got.To)
 			require.Equal(t, tt.want.Reason, got.Reason)
 		})
 	}
 }
 
 func TestPrintRequest(t *testing.T) {
-	golden.AssertPrinted(t, "requested", NewView(&lockv1.RequestEpochAdvanceResponse{Id: "5d1e0c9a2b3f4a77", FromEpoch: 3,
+	golden.AssertPrinted(t, "requested", NewView(&lockv1.RequestEpochAdvanceResponse{Id: "5d1e0c9a2b3f4a77", FromEpoch: 3, ToEpoch: 4,
 		Requester: "spiffe://example.org/ops/alice", Reason: "restored etcd (INC-1234)", ExpiresAt: timestamppb.New(golden.Now.Add(50 * 60e9))}))
 }
