@@ -427,3 +427,71 @@ func TestInspectShowsTokensOnlyToOperators(t *testing.T) {
 		t.Fatalf("sessions: %v %v", ss, err)
 	}
 }
+
+// TestPerIdentityQuotasRefuseClearly: an identity may open at most
+// MaxSessionsPerIdentity sessions and queue at most MaxWaitersPerIdentity
+// waiters on one arbiter; beyond, it is refused with RESOURCE_EXHAUSTED
+// naming the limit, and closing a session gives its place back.
+func TestPerIdentityQuotasRefuseClearly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := lockdtest.Start(t, lockdtest.Options{MaxSessionsPerIdentity: 2, MaxWaitersPerIdentity: 1, Registry: reg})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	bob, _ := env.Raw(t, lockdtest.Bob)
+	s1 := openSession(t, alice, 15*time.Second)
+	openSession(t, alice, 15*time.Second)
+	_, err := alice.OpenSession(t.Context(), &lockv1.OpenSessionRequest{Ttl: durationpb.New(15 * time.Second)})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-sessions-per-identity") {
+		t.Fatalf("third session: %v; want ResourceExhausted naming the limit", err)
+	}
+	openSession(t, bob, 15*time.Second) // another identity has its own quota
+	if _, err := alice.CloseSession(t.Context(), &lockv1.CloseSessionRequest{SessionId: s1}); err != nil {
+		t.Fatal(err)
+	}
+	sa := openSession(t, alice, 15*time.Second) // the closed one's place
+
+	for _, k := range []string{"t/q1", "t/q2"} {
+		if _, err := acquire(t.Context(), alice, sa, k, "std", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := openSession(t, bob, 15*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _, _ = acquire(ctx, bob, sb, "t/q1", "std", 10*time.Second) }()
+	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/q1") == 1 })
+	_, err = acquire(t.Context(), bob, sb, "t/q2", "std", 5*time.Second)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-waiters-per-identity") {
+		t.Fatalf("second waiter: %v; want ResourceExhausted naming the limit", err)
+	}
+	if got := metricValue(t, reg, "lockd_quota_refusals_total"); got != 2 {
+		t.Fatalf("lockd_quota_refusals_total = %v, want 2", got)
+	}
+}
+
+// TestCloseEndsWaiters: closing the arbiter answers every queued waiter
+// (Unavailable, acquire again) instead of leaving it until its deadline.
+func TestCloseEndsWaiters(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	bob, _ := env.Raw(t, lockdtest.Bob)
+	sa := openSession(t, alice, 15*time.Second)
+	sb := openSession(t, bob, 15*time.Second)
+	if _, err := acquire(t.Context(), alice, sa, "t/closing", "std", 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := acquire(t.Context(), bob, sb, "t/closing", "std", time.Minute)
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/closing") == 1 })
+	env.Arbiter.Close()
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("waiter at close: %v; want Unavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not answered when the arbiter closed")
+	}
+}

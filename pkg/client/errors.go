@@ -116,9 +116,13 @@ func (e *Error) GRPCStatus() *status.Status {
 	return s
 }
 
+// Decode wraps an error from lockd's raw services (LockService,
+// AdminService) as the client's own calls return it: errors.Is matches the
+// reason's sentinel. nil and non-status errors are returned as they are.
+func Decode(err error) error { return decode(err) }
+
 // decode wraps an RPC error with the reason lockd gave: the one place the
-// client reads reasons. It returns nil for nil and non-status errors as
-// they are.
+// client reads reasons.
 func decode(err error) error {
 	if err == nil {
 		return nil
