@@ -132,10 +132,12 @@ type Arbiter struct {
 	policy atomic.Pointer[Policy]
 	epoch  atomic.Pointer[epochState]
 	// epochMu serialises epoch state changes and the state file;
-	// reloadMu serialises refresh reads (their revisions are compared);
-	// confirmMu lets one keepalive re-read a stale epoch for all.
-	epochMu, reloadMu, confirmMu sync.Mutex
-	stateFile                    string
+	// reloadMu serialises refresh reads (their revisions are compared) and
+	// lets one keepalive re-read a stale epoch for all; it is given up on
+	// when the waiter's context ends.
+	epochMu   sync.Mutex
+	reloadMu  chanMutex
+	stateFile string
 	floor                        watermark // the state file at start
 	mark                         watermark // the state file now (epochMu)
 	markWritten                  time.Time
@@ -215,6 +217,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
 		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:      make(chan struct{}),
+		reloadMu:    make(chanMutex, 1),
 	}
 	if a.refresh >= a.maxEpochAge {
 		return nil, fmt.Errorf("%w: EpochRefresh %s must be shorter than MaxEpochAge %s", ErrInvalid, a.refresh, a.maxEpochAge)

@@ -326,8 +326,14 @@ func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
 // one read in the same epoch means the store went back in time under the
 // same cluster ID: the arbiter seals.
 func (a *Arbiter) reloadEpoch(ctx context.Context) (int64, error) {
-	a.reloadMu.Lock()
-	defer a.reloadMu.Unlock()
+	if err := a.reloadMu.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer a.reloadMu.unlock()
+	return a.reloadEpochLocked(ctx)
+}
+
+func (a *Arbiter) reloadEpochLocked(ctx context.Context) (int64, error) {
 	start := time.Now()
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
@@ -365,14 +371,16 @@ func (a *Arbiter) confirmedEpoch(ctx context.Context) (*epochState, error) {
 	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
 		return st, nil
 	}
-	a.confirmMu.Lock()
-	defer a.confirmMu.Unlock()
-	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
-		return st, nil
-	}
 	cctx, cancel := context.WithTimeout(ctx, a.maxEpochAge)
 	defer cancel()
-	if _, err := a.reloadEpoch(cctx); err != nil {
+	if err := a.reloadMu.lock(cctx); err != nil {
+		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, a.maxEpochAge)
+	}
+	defer a.reloadMu.unlock()
+	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
+		return st, nil // another caller read it meanwhile
+	}
+	if _, err := a.reloadEpochLocked(cctx); err != nil {
 		return nil, err
 	}
 	st := a.epoch.Load()

@@ -288,10 +288,11 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if err != nil {
 		return Grant{}, err
 	}
-	classRef := cls.Namespace + "/" + cls.Name
-	if _, err := a.authorizeAcquire(req.Identity, req.Key, classRef, sess.ttl); err != nil {
-		return Grant{}, fmt.Errorf("%w (session %d)", err, req.Session)
+	if sess.ttl != cls.TTL {
+		return Grant{}, fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
+			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
 	}
+	classRef := cls.Namespace + "/" + cls.Name
 	hk := holdKey(req.Key)
 
 	w := &waiter{identity: req.Identity, session: req.Session, class: classRef, ttl: sess.ttl,
