@@ -135,13 +135,13 @@ type Arbiter struct {
 	// reloadMu serialises refresh reads (their revisions are compared) and
 	// lets one keepalive re-read a stale epoch for all; it is given up on
 	// when the waiter's context ends.
-	epochMu   sync.Mutex
-	reloadMu  chanMutex
-	stateFile string
-	floor                        watermark // the state file at start
-	mark                         watermark // the state file now (epochMu)
-	markWritten                  time.Time
-	lastRead                     struct {
+	epochMu     sync.Mutex
+	reloadMu    chanMutex
+	stateFile   string
+	floor       watermark // the state file at start
+	mark        watermark // the state file now (epochMu)
+	markWritten time.Time
+	lastRead    struct {
 		epoch uint32
 		rev   int64
 	}
