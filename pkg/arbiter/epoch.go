@@ -125,7 +125,9 @@ func nextEpoch(old *epochState, o observation, floor watermark) *epochState {
 		readAt = old.readAt
 	}
 	sealed := func(why string) *epochState {
-		st := &epochState{epoch: highest, record: o.epoch, store: o.store, sealed: true, why: why, missing: !o.found, readAt: readAt}
+		// The sealed state keeps the highest epoch known, the record's
+		// included: only a read of a higher one may unseal it.
+		st := &epochState{epoch: max(highest, o.epoch), record: o.epoch, store: o.store, sealed: true, why: why, missing: !o.found, readAt: readAt}
 		if old != nil {
 			st.clusterID, st.modRev = old.clusterID, old.modRev
 		}
