@@ -458,7 +458,7 @@ func TestPerIdentityQuotasRefuseClearly(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _, _ = acquire(ctx, bob, sb, "t/q1", "std", 10*time.Second) }()
-	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/q1") == 1 })
+	lockdtest.WaitFor(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/q1") == 1 })
 	_, err = acquire(t.Context(), bob, sb, "t/q2", "std", 5*time.Second)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-waiters-per-identity") {
 		t.Fatalf("second waiter: %v; want ResourceExhausted naming the limit", err)
@@ -484,7 +484,7 @@ func TestCloseEndsWaiters(t *testing.T) {
 		_, err := acquire(t.Context(), bob, sb, "t/closing", "std", time.Minute)
 		done <- err
 	}()
-	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/closing") == 1 })
+	lockdtest.WaitFor(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/closing") == 1 })
 	env.Arbiter.Close()
 	select {
 	case err := <-done:

@@ -2,10 +2,8 @@ package arbiter_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,24 +51,7 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 	grant("t/held-at-snapshot", false)
 
 	snap := filepath.Join(dir, "snap.db")
-	ext, err := store.ConnectExternal(store.ExternalConfig{Endpoints: []string{b1.Embedded.Config().AdvertiseClientUrls[0].String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ext.Close()
-	rc, err := ext.Client.Snapshot(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(f, rc); err != nil {
-		t.Fatal(err)
-	}
-	rc.Close()
-	f.Close()
+	saveSnapshot(t, b1, snap)
 	for range 50 { // tokens handed out after the snapshot: the restore rolls these revisions back
 		grant("t/after", true)
 	}
@@ -79,7 +60,7 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 
 	peer := "http://" + lockdtest.FreeAddr(t)
 	restored := filepath.Join(dir, "restored")
-	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 		SnapshotPath: snap, Name: "lockd", OutputDataDir: restored, PeerURLs: []string{peer},
 		InitialCluster: "lockd=" + peer, InitialClusterToken: "restored-" + t.Name(),
 	})

@@ -199,28 +199,36 @@ func TestEmbeddedCreatesTheFirstEpochOnlyOnAnEmptyDataDir(t *testing.T) {
 	}
 }
 
-// restoredCopy restores a snapshot of b with a new cluster token: a store
-// with another cluster ID and the same keys.
-func restoredCopy(t *testing.T, b *store.Backend) member {
+// saveSnapshot writes a snapshot of the embedded store b to path.
+func saveSnapshot(t *testing.T, b *store.Backend, path string) {
 	t.Helper()
-	dir := t.TempDir()
-	snap := filepath.Join(dir, "snap.db")
 	ext := external(t, b.Embedded.Config().AdvertiseClientUrls[0].String())
 	rc, err := ext.Client.Snapshot(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(snap)
+	defer rc.Close()
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := io.Copy(f, rc); err != nil {
 		t.Fatal(err)
 	}
-	rc.Close()
-	f.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoredCopy restores a snapshot of b with a new cluster token: a store
+// with another cluster ID and the same keys.
+func restoredCopy(t *testing.T, b *store.Backend) member {
+	t.Helper()
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "snap.db")
+	saveSnapshot(t, b, snap)
 	m := member{name: "copy", client: "http://" + lockdtest.FreeAddr(t), peer: "http://" + lockdtest.FreeAddr(t)}
-	err = snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
 		SnapshotPath: snap, Name: m.name, OutputDataDir: filepath.Join(dir, "data"), PeerURLs: []string{m.peer},
 		InitialCluster: m.name + "=" + m.peer, InitialClusterToken: "copy-" + t.Name(),
 	})
@@ -246,24 +254,13 @@ func TestSealSticksUntilAHigherEpochBoundToTheStore(t *testing.T) {
 
 	mixed := external(t, orig.Embedded.Config().AdvertiseClientUrls[0].String(), cp.client)
 	env := lockdtest.Start(t, lockdtest.Options{Backend: mixed})
-	waitUntil(t, 15*time.Second, "a response from the restored copy sealed the arbiter", env.Arbiter.Sealed)
+	lockdtest.WaitFor(t, 15*time.Second, "a response from the restored copy sealed the arbiter", env.Arbiter.Sealed)
 	deadline := time.Now().Add(8 * time.Second) // several epoch refreshes, from both clusters
 	for time.Now().Before(deadline) {
 		if !env.Arbiter.Sealed() {
 			t.Fatal("the seal was cleared by a later read, without an epoch advance")
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -320,7 +317,7 @@ func TestHolderRetryIsAnsweredWhileOthersQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() { _, _ = acquire(ctx, bob, sb, "t/retry", "std", 10*time.Second) }()
-	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/retry") == 1 })
+	lockdtest.WaitFor(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/retry") == 1 })
 	again, err := acquire(t.Context(), alice, sa, "t/retry", "std", 0)
 	if err != nil {
 		t.Fatalf("the holder's retry while bob waits: %v; want its own hold", err)
@@ -408,7 +405,7 @@ func TestQueuedWaiterIsNotGrantedAfterItsGrantIsRevoked(t *testing.T) {
 		_, err := acquire(t.Context(), bob, sb, "t/revoked", "std", 10*time.Second)
 		bobErr <- err
 	}()
-	waitUntil(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/revoked") == 1 })
+	lockdtest.WaitFor(t, 5*time.Second, "bob queued", func() bool { return env.Arbiter.QueueLen("t/revoked") == 1 })
 	env.Arbiter.SetPolicy(arbiter.NewPolicy(classesWithout(t, "name: bob, namespace: t")))
 	if _, err := alice.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sa, Key: "t/revoked", Token: held.GetToken().GetValue()}); err != nil {
 		t.Fatal(err)
@@ -481,14 +478,14 @@ func TestFollowersListAgainWhenTheStoreIsSwapped(t *testing.T) {
 	time.Sleep(2 * time.Second) // its watches run on the original, from its high revision
 	proxy.Retarget(strings.TrimPrefix(cp.client, "http://"))
 	proxy.Reset()
-	waitUntil(t, 15*time.Second, "sealed on the restored copy", flipping.Arbiter.Sealed)
+	lockdtest.WaitFor(t, 15*time.Second, "sealed on the restored copy", flipping.Arbiter.Sealed)
 	flipping.AdvanceEpoch(t, 1, "test: restored")
 
 	direct := lockdtest.Start(t, lockdtest.Options{Backend: external(t, cp.client)}) // approves the force
 	c := lockdtest.ClientAt(t, flipping.Addr, lockdtest.Alice)
 	fenced := make(chan error, 1)
 	var l *client.Lock
-	waitUntil(t, 60*time.Second, "a grant after the advance's grace", func() bool {
+	lockdtest.WaitFor(t, 60*time.Second, "a grant after the advance's grace", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		l, err = c.Acquire(ctx, "t/swapped", "std", func(l *client.Lock) { fenced <- l.Err() })

@@ -287,22 +287,11 @@ func TestKeepAliveRecoversAfterTheStreamBreaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.stalled.Store(true)
-	waitFor(t, 5*time.Second, "CanStart false while stalled", func() bool { return !l.CanStart() })
+	lockdtest.WaitFor(t, 5*time.Second, "CanStart false while stalled", func() bool { return !l.CanStart() })
 	proxy.reset()
-	waitFor(t, 5*time.Second, "CanStart true once keepalives are answered again", l.CanStart)
+	lockdtest.WaitFor(t, 5*time.Second, "CanStart true once keepalives are answered again", l.CanStart)
 	if l.Err() != nil {
 		t.Fatalf("lock lost: %v", l.Err())
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -172,7 +172,7 @@ func TestEveryReentrantAcquirerIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.AdvanceEpoch(t, outer.Epoch(), "test: lose the hold") // both Locks lose it
-	waitFor(t, 10*time.Second, "both onFence callbacks ran", func() bool {
+	lockdtest.WaitFor(t, 10*time.Second, "both onFence callbacks ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return ran["outer"] && ran["inner"]

@@ -310,3 +310,16 @@ func (e *Env) AdvanceEpoch(t testing.TB, from uint32, reason string) *lockv1.App
 	}
 	return resp
 }
+
+// WaitFor polls cond every 20ms and fails the test if it is not true
+// within d; what says what was awaited.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

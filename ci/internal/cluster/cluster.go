@@ -323,11 +323,8 @@ func (c *Cluster) Snapshot(ctx context.Context, path string) error {
 // a new cluster token (so etcd assigns a new cluster ID, as etcdutl does in
 // a real disaster recovery) and starts the members again.
 func (c *Cluster) Restore(ctx context.Context, snap string) error {
-	for _, m := range c.Members {
-		_ = m.signal(syscall.SIGCONT)
-		if err := c.Kill(m); err != nil {
-			return err
-		}
+	if err := c.killAll(); err != nil {
+		return err
 	}
 	c.token = fmt.Sprintf("gate-restored-%d", time.Now().UnixNano())
 	for _, m := range c.Members {
@@ -343,14 +340,7 @@ func (c *Cluster) Restore(ctx context.Context, snap string) error {
 			return fmt.Errorf("cluster: restore %s: %w", m.Name, err)
 		}
 	}
-	for _, m := range c.Members {
-		if err := c.startMember(m); err != nil {
-			return err
-		}
-	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return c.WaitHealthy(wctx)
+	return c.startAll(ctx)
 }
 
 // Rebuild kills every member, moves its data dir aside and starts it
@@ -358,17 +348,31 @@ func (c *Cluster) Restore(ctx context.Context, snap string) error {
 // manifests after losing its disks. It gets the same cluster ID, an empty
 // key space and revisions from the start.
 func (c *Cluster) Rebuild(ctx context.Context) error {
-	for _, m := range c.Members {
-		_ = m.signal(syscall.SIGCONT)
-		if err := c.Kill(m); err != nil {
-			return err
-		}
+	if err := c.killAll(); err != nil {
+		return err
 	}
 	for _, m := range c.Members {
 		if err := os.Rename(m.DataDir, m.DataDir+fmt.Sprintf(".before-rebuild-%d", time.Now().UnixNano())); err != nil {
 			return err
 		}
 	}
+	return c.startAll(ctx)
+}
+
+// killAll SIGKILLs every member (a paused one too) and waits for it.
+func (c *Cluster) killAll() error {
+	for _, m := range c.Members {
+		_ = m.signal(syscall.SIGCONT)
+		if err := c.Kill(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startAll starts every member from its data dir and waits until the
+// cluster is healthy.
+func (c *Cluster) startAll(ctx context.Context) error {
 	for _, m := range c.Members {
 		if err := c.startMember(m); err != nil {
 			return err
