@@ -73,7 +73,7 @@ type Config struct {
 	EpochRefresh time.Duration
 	// MaxEpochAge bounds the age of the epoch read a keepalive answer is
 	// credited with (default 3s): a keepalive lockd cannot vouch for with a
-	// recent enough read goes unanswered. An advance's grace is sized from it.
+	// recent enough read is answered uncredited. An advance's grace is sized from it.
 	MaxEpochAge time.Duration
 	// StateFile, when set, is where the arbiter remembers the highest epoch
 	// it has served (with its cluster ID and revision): a store behind it is

@@ -16,8 +16,9 @@ type Metrics struct {
 	leaks             *prometheus.CounterVec
 	sessionsOpened    *prometheus.CounterVec
 	keepAliveFailures prometheus.Counter
-	// keepAlivesNotCredited counts keepalives etcd renewed that were not
-	// passed on: the epoch could not be confirmed within MaxEpochAge.
+	// keepAlivesNotCredited counts keepalives etcd renewed that were
+	// answered uncredited: the epoch could not be confirmed within
+	// MaxEpochAge.
 	keepAlivesNotCredited prometheus.Counter
 	quotaRefusals         *prometheus.CounterVec
 	sealed                prometheus.Gauge
@@ -59,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "lockd_keepalive_failures_total", Help: "Keepalives answered with an expired session."}),
 		keepAlivesNotCredited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_keepalives_not_credited_total",
-			Help: "Keepalives etcd renewed that lockd did not pass on because it could not confirm the epoch recently enough; the client treats them as unanswered."}),
+			Help: "Keepalives etcd renewed that lockd answered uncredited because it could not confirm the epoch recently enough; they extend nothing for the holder."}),
 		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_quota_refusals_total",
 			Help: "Requests refused by a per-identity quota on this lockd; code is sessions or waiters."}, []string{"namespace", "code"}),

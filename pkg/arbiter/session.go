@@ -365,18 +365,17 @@ type KeepAliveAnswer struct {
 	Epoch uint32
 	// Removed are holds of the session operators released by force.
 	Removed []RemovedHold
+	// Uncredited: etcd renewed the lease, but the arbiter could not pair
+	// the answer with an epoch read within MaxEpochAge, so it vouches for
+	// nothing; the client treats it as unanswered. Only Session is set.
+	Uncredited bool
 }
-
-// ErrNotConfirmed: a keepalive etcd answered but the arbiter could not
-// confirm the epoch recently enough to vouch for it; the answer is not
-// passed on (the client treats it as unanswered).
-var ErrNotConfirmed = errors.New("arbiter: keepalive not credited: the epoch could not be confirmed recently enough")
 
 // Recv returns the next etcd answer. An answer from a store with another
 // cluster ID (a restored store, not yet advanced) is ErrSealed, never a
 // renewal: the session's holds may have been rolled back. An answer the
-// arbiter cannot pair with an epoch read within MaxEpochAge is
-// ErrNotConfirmed: skip it and go on receiving.
+// arbiter cannot pair with an epoch read within MaxEpochAge is returned
+// Uncredited, so that every request still gets exactly one answer.
 func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 	resp, err := k.s.Recv()
 	if err != nil {
@@ -388,7 +387,7 @@ func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 	st, err := k.a.confirmedEpoch(k.ctx)
 	if err != nil {
 		k.a.metrics.keepAlivesNotCredited.Inc()
-		return KeepAliveAnswer{Session: resp.ID}, fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+		return KeepAliveAnswer{Session: resp.ID, Uncredited: true}, nil
 	}
 	if st.sealed {
 		return KeepAliveAnswer{}, sealedErr(st)

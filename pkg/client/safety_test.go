@@ -3,16 +3,19 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	"github.com/lockd-dev/lockd/pkg/store"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -322,4 +325,59 @@ func TestReentryAfterTheDeadlinePassedIsNotTheOldHold(t *testing.T) {
 	if l.Err() != client.ErrDeadline {
 		t.Fatalf("the old lock ended with %v, want ErrDeadline", l.Err())
 	}
+}
+
+// TestAnUncreditedKeepAliveDoesNotShiftLaterAnswers: when lockd cannot
+// confirm the epoch for a while, it answers the keepalives of that time
+// uncredited, one answer per request, so that later answers still match
+// their own requests. (Skipping them instead left every later answer
+// credited to the previous request: CanStart stayed false for good, and a
+// second skip fenced the lock although everything had recovered.)
+func TestAnUncreditedKeepAliveDoesNotShiftLaterAnswers(t *testing.T) {
+	b := lockdtest.StartEmbedded(t, t.TempDir())
+	t.Cleanup(b.Close)
+	proxy := proxyTo(t, strings.TrimPrefix(b.Embedded.Config().AdvertiseClientUrls[0].String(), "http://"))
+	kv, err := store.ConnectExternal(store.ExternalConfig{Endpoints: []string{"http://" + proxy.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kv.Close)
+	reg := prometheus.NewRegistry()
+	// lockd reads the epoch through the proxy; keepalives go straight to etcd.
+	env := lockdtest.Start(t, lockdtest.Options{Backend: &store.Backend{Client: kv.Client, Leases: b.Leases}, Registry: reg, FreshStore: true})
+	c := env.Client(t, lockdtest.Alice)
+	l, err := c.Acquire(t.Context(), "t/uncredited", "std", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lockd cannot confirm the epoch: a keepalive (every 5s) answered more
+	// than 3s into the stall goes uncredited; the stall ends before the
+	// deadline (14s after the last credited send).
+	proxy.Stall(tcpproxy.Both)
+	time.Sleep(9 * time.Second)
+	proxy.Resume()
+	if n := counter(t, reg, "lockd_keepalives_not_credited_total"); n == 0 {
+		t.Fatal("setup: no keepalive was answered uncredited during the stall")
+	}
+	time.Sleep(12 * time.Second) // two keepalive intervals after the epoch reads recovered
+	if l.Err() != nil || !l.CanStart() {
+		t.Fatalf("after the epoch reads recovered: Err %v, CanStart %v; want the lock held and usable", l.Err(), l.CanStart())
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -439,6 +439,9 @@ func (k *keepalives) recv(ks *kaStream) {
 			ks.pending[id] = q[1:]
 		}
 		ks.mu.Unlock()
+		if resp.GetUncredited() {
+			continue // lockd could not vouch for it: as good as no answer
+		}
 		if s := k.lookup(id); s != nil {
 			s.onAnswer(answer{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch(), removed: resp.GetRemoved()})
 		}

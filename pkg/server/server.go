@@ -176,7 +176,7 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	defer ka.Close()
 	var sendMu sync.Mutex
 	send := func(a arbiter.KeepAliveAnswer) error {
-		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch}
+		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited}
 		for _, r := range a.Removed {
 			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision})
 		}
@@ -188,9 +188,6 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	go func() {
 		for {
 			ans, err := ka.Recv()
-			if errors.Is(err, arbiter.ErrNotConfirmed) {
-				continue // not vouched for: the client counts it unanswered
-			}
 			if err != nil {
 				recvErr <- err
 				return

@@ -999,14 +999,19 @@ type KeepAliveResponse struct {
 	// The epoch when the renewal was answered. Every hold the session got in
 	// an earlier epoch is gone: the store was restored and the epoch advanced.
 	// lockd never answers with an epoch it read longer ago than its stated
-	// bound (docs/operating.md); a keepalive it cannot vouch for goes
-	// unanswered.
+	// bound (docs/operating.md); a keepalive it cannot vouch for is answered
+	// with uncredited set.
 	Epoch uint32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Holds of this session that operators released by force. The holder
 	// must stop at once: its hold is gone and another holder may already
 	// have been granted the key. Repeated in later answers for a while; a
 	// client acts on each (key, hold_revision) once.
-	Removed       []*RemovedHold `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
+	Removed []*RemovedHold `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"`
+	// True when lockd forwarded the keepalive but could not confirm the epoch
+	// recently enough to vouch for it: treat it as unanswered (it extends
+	// nothing). Every request is answered once, in order, so answers can be
+	// matched to requests.
+	Uncredited    bool `protobuf:"varint,5,opt,name=uncredited,proto3" json:"uncredited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1067,6 +1072,13 @@ func (x *KeepAliveResponse) GetRemoved() []*RemovedHold {
 		return x.Removed
 	}
 	return nil
+}
+
+func (x *KeepAliveResponse) GetUncredited() bool {
+	if x != nil {
+		return x.Uncredited
+	}
+	return false
 }
 
 // RemovedHold names a hold that was removed from a live session.
@@ -3188,13 +3200,16 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xa5\x01\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xc5\x01\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12.\n" +
-	"\aremoved\x18\x04 \x03(\v2\x14.lock.v1.RemovedHoldR\aremoved\"D\n" +
+	"\aremoved\x18\x04 \x03(\v2\x14.lock.v1.RemovedHoldR\aremoved\x12\x1e\n" +
+	"\n" +
+	"uncredited\x18\x05 \x01(\bR\n" +
+	"uncredited\"D\n" +
 	"\vRemovedHold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\"4\n" +
