@@ -141,14 +141,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		s.FaultKinds[f.Kind]++
 		s.Faults++
 	}
-	err := r.verdict(&s)
-	if slices.Contains(o.Faults, KindReentrant) {
-		// Re-entrant workers are a behaviour, not a scheduled fault: count
-		// the re-entries that happened.
-		s.FaultKinds[KindReentrant] = s.Check.Reenters
-		s.Faults += s.Check.Reenters
-	}
-	return s, err
+	return s, r.verdict(&s)
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -399,6 +392,12 @@ func (r *run) verdict(s *Summary) error {
 		return err
 	}
 	s.Check = res
+	if slices.Contains(r.o.Faults, KindReentrant) {
+		// Re-entrant workers are a behaviour, not a scheduled fault: count
+		// the re-entries that happened.
+		s.FaultKinds[KindReentrant] = res.Reenters
+		s.Faults += res.Reenters
+	}
 	fb, _ := json.MarshalIndent(r.faults, "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "faults.json"), fb, 0o644)
 
