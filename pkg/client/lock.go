@@ -149,6 +149,13 @@ func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
 	h.state, h.changed = settling, make(chan struct{})
 	s.mu.Unlock()
 
+	// The first attempt runs here, bounded by ctx; lockd's definite answer
+	// settles the hold. Otherwise (ctx ended, lockd unreachable) the client
+	// resolves it in the background with its own context.
+	if held, ok, err := s.releaseOnce(ctx, h.key, h.token.GetValue()); ok {
+		s.settle(h)
+		return held, err
+	}
 	type result struct {
 		held bool
 		err  error
@@ -313,28 +320,15 @@ func (s *session) resolveRelease(h *hold) (bool, error) {
 }
 
 // releaseToken is the release loop shared by resolveRelease and
-// resolveAcquire.
+// resolveAcquire: it retries until lockd answers definitively, for at
+// most the session's TTL, and then ends the session.
 func (s *session) releaseToken(key string, tok uint64) (bool, error) {
 	giveUp := time.Now().Add(s.ttl)
 	var last error
 	for s.alive() && time.Now().Before(giveUp) {
-		ctx, cancel := context.WithTimeout(s.c.ctx, resolveAttemptTimeout)
-		resp, err := s.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: s.id, Key: key, Token: tok})
-		cancel()
-		err = decode(err)
-		switch {
-		case err == nil:
-			return resp.GetReleased(), nil
-		case errors.Is(err, ErrStaleToken):
-			return false, nil // the hold is not this token's any more
-		case errors.Is(err, ErrSessionNotFound):
-			s.lose(ErrExpired, true)
-			return false, nil
-		case Definite(err):
-			// lockd will not release it for us (sealed, or the grant was
-			// revoked): end the session so the hold expires.
-			s.end(key, err)
-			return false, err
+		held, ok, err := s.releaseOnce(s.c.ctx, key, tok)
+		if ok {
+			return held, err
 		}
 		last = err
 		s.c.sleep(resolveBackoff)
@@ -343,6 +337,30 @@ func (s *session) releaseToken(key string, tok uint64) (bool, error) {
 		s.end(key, last)
 	}
 	return false, last
+}
+
+// releaseOnce makes one release attempt within ctx (and at most
+// resolveAttemptTimeout). ok is false when the outcome is unknown.
+func (s *session) releaseOnce(ctx context.Context, key string, tok uint64) (held, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, resolveAttemptTimeout)
+	defer cancel()
+	resp, err := s.c.lock.Release(ctx, &lockv1.ReleaseRequest{SessionId: s.id, Key: key, Token: tok})
+	err = decode(err)
+	switch {
+	case err == nil:
+		return resp.GetReleased(), true, nil
+	case errors.Is(err, ErrStaleToken):
+		return false, true, nil // the hold is not this token's any more
+	case errors.Is(err, ErrSessionNotFound):
+		s.lose(ErrExpired, true)
+		return false, true, nil
+	case Definite(err):
+		// lockd will not release it for us (sealed, or the grant was
+		// revoked): end the session so the hold expires.
+		s.end(key, err)
+		return false, true, err
+	}
+	return false, false, err
 }
 
 // resolveAcquire finds out whether an acquire whose outcome was unknown
