@@ -160,9 +160,6 @@ type Options struct {
 	// external connection to a new member): create the first epoch. An
 	// embedded backend started on an empty dir is fresh by itself.
 	FreshStore bool
-	// NoBootstrap: do not create the first epoch even on a fresh embedded
-	// store (the store then starts sealed, as an external one would).
-	NoBootstrap bool
 	// MaxSessionsPerIdentity and MaxWaitersPerIdentity are the arbiter's
 	// quotas (its defaults when zero).
 	MaxSessionsPerIdentity, MaxWaitersPerIdentity int
@@ -233,7 +230,7 @@ func Start(t testing.TB, o Options) *Env {
 		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator, Operator2},
 		OIDCOperators:  o.OperatorTokens != nil,
 		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg),
-		StateFile: o.StateFile, Bootstrap: arbiter.Bootstrap{FreshStore: (e.Backend.Fresh || o.FreshStore) && !o.NoBootstrap},
+		StateFile: o.StateFile, Bootstrap: arbiter.Bootstrap{FreshStore: e.Backend.Fresh || o.FreshStore},
 		MaxSessionsPerIdentity: o.MaxSessionsPerIdentity, MaxWaitersPerIdentity: o.MaxWaitersPerIdentity,
 	}, arbiter.NewPolicy(set))
 	if err != nil {
