@@ -51,7 +51,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the schedule and the workers (0: from the clock; printed)")
 	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
 	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
-	fs.IntVar(&o.Keys, "keys", 3, "keys the workers contend on")
+	fs.IntVar(&o.Keys, "keys", 4, "keys the workers contend on")
 	fs.StringVar(&o.Register, "register", "auto", "fenced register: postgres, memory, or auto (postgres when installed)")
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the register (default: start one)")
 	fs.BoolVar(&o.Fencing, "fencing", true, "false: the register accepts writes without comparing tokens (negative control)")
