@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	"github.com/lockd-dev/lockd/pkg/cmd/classlint"
+	"github.com/lockd-dev/lockd/internal/cmd/classlint"
 )
 
 func main() { os.Exit(classlint.Main(os.Args[1:], os.Stdout, os.Stderr)) }

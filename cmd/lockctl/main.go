@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	lockctlcmd "github.com/lockd-dev/lockd/pkg/cmd/lockctl"
+	lockctlcmd "github.com/lockd-dev/lockd/internal/cmd/lockctl"
 )
 
 func main() { os.Exit(lockctlcmd.Main()) }

@@ -4,7 +4,7 @@ package main
 import (
 	"os"
 
-	lockdcmd "github.com/lockd-dev/lockd/pkg/cmd/lockd"
+	lockdcmd "github.com/lockd-dev/lockd/internal/cmd/lockd"
 )
 
 func main() { os.Exit(lockdcmd.Main()) }

@@ -44,7 +44,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/internal/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

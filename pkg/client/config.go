@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // ErrConfig reports a missing or malformed lockctl config.

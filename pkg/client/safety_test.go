@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
-	"github.com/lockd-dev/lockd/pkg/store"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

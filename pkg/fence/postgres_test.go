@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/lockd-dev/lockd/pkg/fence/fencetest"
+	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,7 +51,7 @@ type fenced interface {
 }
 
 func TestPostgres(t *testing.T) {
-	dsn := fencetest.StartPostgres(t)
+	dsn := testserver.StartPostgres(t)
 	pool, err := pgxpool.New(t.Context(), dsn)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockd-dev/lockd/pkg/fence/fencetest"
+	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/require"
 )
 
 func TestS3(t *testing.T) {
-	m := fencetest.StartMinIO(t)
+	m := testserver.StartMinIO(t)
 	s := NewS3(m.Client, m.Bucket)
 
 	for i, tc := range writeCases {
@@ -251,7 +251,7 @@ func TestS3(t *testing.T) {
 }
 
 // readRaw returns the whole body of an object.
-func readRaw(t *testing.T, m *fencetest.MinIO, key string) string {
+func readRaw(t *testing.T, m *testserver.MinIO, key string) string {
 	t.Helper()
 	obj, err := m.Client.GetObject(t.Context(), m.Bucket, key, minio.GetObjectOptions{})
 	require.NoError(t, err)

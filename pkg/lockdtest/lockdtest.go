@@ -6,7 +6,7 @@ package lockdtest
 import (
 	"context"
 	"fmt"
-	"github.com/lockd-dev/lockd/pkg/operator"
+	"github.com/lockd-dev/lockd/internal/operator"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,12 +19,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/lockd-dev/lockd/pkg/arbiter"
-	"github.com/lockd-dev/lockd/pkg/class"
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/server"
+	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/client"
-	"github.com/lockd-dev/lockd/pkg/identity"
-	"github.com/lockd-dev/lockd/pkg/server"
-	"github.com/lockd-dev/lockd/pkg/store"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

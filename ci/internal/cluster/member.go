@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockd-dev/lockd/pkg/store"
+	"github.com/lockd-dev/lockd/internal/store"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
-	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/internal/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

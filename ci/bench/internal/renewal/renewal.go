@@ -29,7 +29,7 @@ import (
 
 	"github.com/lockd-dev/lockd/ci/bench/internal/result"
 	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
-	"github.com/lockd-dev/lockd/pkg/identity"
+	"github.com/lockd-dev/lockd/internal/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

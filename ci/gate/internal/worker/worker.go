@@ -31,8 +31,8 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/gate/internal/register"
 	"github.com/lockd-dev/lockd/internal/childproc"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/client"
-	"github.com/lockd-dev/lockd/pkg/cmd/lockctl/lock"
 )
 
 // Announcements on stdout. AboutToWrite comes just after a holder's

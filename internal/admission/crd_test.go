@@ -1,0 +1,356 @@
+package admission
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
+
+	"github.com/lockd-dev/lockd/internal/class"
+)
+
+const deployDir = "../../deploy"
+
+// specFields are the spec fields internal/class reads, by kind: the json tags of
+// classDoc, grantDoc and pauseTestDoc in internal/class/parse.go. A field added
+// there must be added here and to the CRD; TestCRDSchemas checks the CRDs
+// declare exactly these, and that internal/class accepts every one of them.
+var specFields = map[string][]string{
+	class.KindLockClass: {"purpose", "enforcement", "ttl", "tier", "onQuorumLoss", "fairness",
+		"resource", "resourceSchemaVersion", "riskOwner", "waiverExpires"},
+	class.KindLockGrant:       {"spiffeID", "prefixes", "sharedWith"},
+	class.KindPauseTestResult: {"class", "resource", "resourceSchemaVersion", "outcome", "ranAt", "expires", "tokens", "tokens.first", "tokens.second"},
+}
+
+// printerColumns are the columns kubectl get shows, by kind.
+var printerColumns = map[string][]string{
+	class.KindLockClass:       {"Purpose", "Enforcement", "TTL", "Tier", "Resource", "Waiver", "Age"},
+	class.KindLockGrant:       {"SPIFFE ID", "Prefixes", "Age"},
+	class.KindPauseTestResult: {"Class", "Resource", "Schema", "Ran", "Expires", "Age"},
+}
+
+// The parts of a CustomResourceDefinition the tests read.
+type (
+	crd struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Group string `json:"group"`
+			Scope string `json:"scope"`
+			Names struct {
+				Kind   string `json:"kind"`
+				Plural string `json:"plural"`
+			} `json:"names"`
+			Versions []struct {
+				Name    string `json:"name"`
+				Served  bool   `json:"served"`
+				Storage bool   `json:"storage"`
+				Columns []struct {
+					Name     string `json:"name"`
+					Type     string `json:"type"`
+					JSONPath string `json:"jsonPath"`
+				} `json:"additionalPrinterColumns"`
+				Schema struct {
+					OpenAPIV3Schema *schemaProps `json:"openAPIV3Schema"`
+				} `json:"schema"`
+			} `json:"versions"`
+		} `json:"spec"`
+	}
+	schemaProps struct {
+		Type       string                  `json:"type"`
+		Properties map[string]*schemaProps `json:"properties"`
+		Items      *schemaProps            `json:"items"`
+	}
+)
+
+// manifests returns every YAML document under deploy/, by file.
+func manifests(t *testing.T) map[string][]string {
+	t.Helper()
+	out := make(map[string][]string)
+	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out[path] = append(out[path], strings.Split(string(data), "\n---\n")...)
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, out)
+	return out
+}
+
+// crds returns the CRDs under deploy/, by kind.
+func crds(t *testing.T) map[string]*crd {
+	t.Helper()
+	out := make(map[string]*crd)
+	for path, docs := range manifests(t) {
+		for _, doc := range docs {
+			var c crd
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &c), path)
+			if c.Kind != "CustomResourceDefinition" {
+				continue
+			}
+			require.NotContains(t, out, c.Spec.Names.Kind, "%s: a second CRD for the kind", path)
+			out[c.Spec.Names.Kind] = &c
+		}
+	}
+	return out
+}
+
+// paths lists the property paths under s ("tokens", "tokens.first").
+func (s *schemaProps) paths(prefix string) []string {
+	var out []string
+	for name, p := range s.Properties {
+		out = append(out, prefix+name)
+		out = append(out, p.paths(prefix+name+".")...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sample returns a value of s's type with every property set.
+func (s *schemaProps) sample() any {
+	switch s.Type {
+	case "object":
+		m := make(map[string]any)
+		for name, p := range s.Properties {
+			m[name] = p.sample()
+		}
+		return m
+	case "array":
+		return []any{s.Items.sample()}
+	default:
+		return "x"
+	}
+}
+
+func (c *crd) spec(t *testing.T) *schemaProps {
+	t.Helper()
+	root := c.Spec.Versions[0].Schema.OpenAPIV3Schema
+	require.NotNil(t, root, "%s: no openAPIV3Schema", c.Metadata.Name)
+	spec := root.Properties["spec"]
+	require.NotNil(t, spec, "%s: no spec in the schema", c.Metadata.Name)
+	return spec
+}
+
+// TestCRDManifests checks every manifest under deploy/ parses and names its
+// kind, and that the kustomization lists every manifest.
+func TestCRDManifests(t *testing.T) {
+	files := manifests(t)
+	var listed []string
+	for path, docs := range files {
+		for i, doc := range docs {
+			var obj struct {
+				APIVersion string         `json:"apiVersion"`
+				Kind       string         `json:"kind"`
+				Resources  []string       `json:"resources"`
+				Metadata   map[string]any `json:"metadata"`
+			}
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &map[string]any{}), "%s document %d", path, i)
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &obj), "%s document %d", path, i)
+			require.NotEmpty(t, obj.APIVersion, "%s document %d: no apiVersion", path, i)
+			require.NotEmpty(t, obj.Kind, "%s document %d: no kind", path, i)
+			if obj.Kind == "Kustomization" {
+				listed = obj.Resources
+			}
+		}
+	}
+	var want []string
+	for path := range files {
+		rel, err := filepath.Rel(deployDir, path)
+		require.NoError(t, err)
+		if rel != "kustomization.yaml" {
+			want = append(want, filepath.ToSlash(rel))
+		}
+	}
+	require.ElementsMatch(t, want, listed, "deploy/kustomization.yaml must list every manifest under deploy/")
+}
+
+// TestCRDSchemas checks the CRDs: one per kind of internal/class, namespaced in
+// the class API group and version, with the printer columns above, and a
+// spec schema that declares exactly the fields internal/class reads, all of
+// which internal/class accepts with the declared types.
+func TestCRDSchemas(t *testing.T) {
+	group, version, _ := strings.Cut(class.APIVersion, "/")
+	all := crds(t)
+	require.ElementsMatch(t, Kinds, slices.Collect(func(yield func(string) bool) {
+		for k := range all {
+			if !yield(k) {
+				return
+			}
+		}
+	}))
+	for kind, c := range all {
+		t.Run(kind, func(t *testing.T) {
+			require.Equal(t, "apiextensions.k8s.io/v1", c.APIVersion)
+			require.Equal(t, group, c.Spec.Group)
+			require.Equal(t, c.Spec.Names.Plural+"."+group, c.Metadata.Name)
+			require.Equal(t, "Namespaced", c.Spec.Scope)
+			require.Len(t, c.Spec.Versions, 1)
+			v := c.Spec.Versions[0]
+			require.Equal(t, version, v.Name)
+			require.True(t, v.Served && v.Storage)
+
+			spec := c.spec(t)
+			require.Equal(t, sortedCopy(specFields[kind]), spec.paths(""), "spec properties of the %s CRD", kind)
+
+			var cols []string
+			for _, col := range v.Columns {
+				cols = append(cols, col.Name)
+				field, ok := strings.CutPrefix(col.JSONPath, ".spec.")
+				if !ok {
+					require.Equal(t, ".metadata.creationTimestamp", col.JSONPath, "column %s", col.Name)
+					continue
+				}
+				require.Contains(t, specFields[kind], field, "column %s shows an undeclared field", col.Name)
+			}
+			require.Equal(t, printerColumns[kind], cols)
+
+			// An object with every declared field set parses without an
+			// unknown field or type error.
+			obj := map[string]any{
+				"apiVersion": class.APIVersion, "kind": kind,
+				"metadata": map[string]any{"name": "sample", "namespace": "demo"},
+				"spec":     spec.sample(),
+			}
+			js, err := yaml.Marshal(obj)
+			require.NoError(t, err)
+			for _, p := range class.Parse("sample.yaml", js, "", testNow).Problems {
+				require.NotEqual(t, "unknown field", p.Rule, "internal/class does not accept %s, which the CRD declares", p.Field)
+				require.NotContains(t, p.Rule, "must be a list", p.Field)
+				require.NotContains(t, p.Rule, "must be a string", p.Field)
+				require.NotContains(t, p.Rule, "must be a mapping", p.Field)
+			}
+			// The control: an undeclared field is reported.
+			obj["spec"].(map[string]any)["undeclared"] = "x"
+			js, err = yaml.Marshal(obj)
+			require.NoError(t, err)
+			require.True(t, slices.ContainsFunc(class.Parse("sample.yaml", js, "", testNow).Problems,
+				func(p class.Problem) bool { return p.Field == "spec.undeclared" && p.Rule == "unknown field" }))
+		})
+	}
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return s
+}
+
+// TestCRDExamples checks every object of the example class repository
+// declares only fields its CRD has.
+func TestCRDExamples(t *testing.T) {
+	all := crds(t)
+	files, err := filepath.Glob("../../classes/*/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	n := 0
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			var obj map[string]any
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &obj), path)
+			kind, _ := obj["kind"].(string)
+			c, ok := all[kind]
+			require.True(t, ok, "%s: no CRD for kind %q", path, kind)
+			root := c.Spec.Versions[0].Schema.OpenAPIV3Schema
+			for _, p := range objectPaths(obj, "") {
+				if strings.HasPrefix(p, "metadata.") {
+					continue
+				}
+				require.True(t, declared(root, p), "%s: %s %s is not declared in the CRD", path, kind, p)
+			}
+			n++
+		}
+	}
+	require.GreaterOrEqual(t, n, 8)
+}
+
+// objectPaths lists the key paths of v; list elements share their list's path.
+func objectPaths(v any, prefix string) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			out = append(out, prefix+k)
+			out = append(out, objectPaths(e, prefix+k+".")...)
+		}
+	case []any:
+		for _, e := range v {
+			out = append(out, objectPaths(e, prefix)...)
+		}
+	}
+	return out
+}
+
+func declared(s *schemaProps, path string) bool {
+	for seg := range strings.SplitSeq(path, ".") {
+		for s.Items != nil {
+			s = s.Items
+		}
+		next, ok := s.Properties[seg]
+		if !ok {
+			return false
+		}
+		s = next
+	}
+	return true
+}
+
+// TestAdmissionManifests checks the webhook configuration sends CREATE and
+// UPDATE of exactly the three kinds to /validate, failing closed.
+func TestAdmissionManifests(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(deployDir, "webhook", "validatingwebhookconfiguration.yaml"))
+	require.NoError(t, err)
+	var vwc struct {
+		Kind     string `json:"kind"`
+		Webhooks []struct {
+			AdmissionReviewVersions []string `json:"admissionReviewVersions"`
+			SideEffects             string   `json:"sideEffects"`
+			FailurePolicy           string   `json:"failurePolicy"`
+			ClientConfig            struct {
+				Service struct {
+					Name, Namespace, Path string
+				} `json:"service"`
+			} `json:"clientConfig"`
+			Rules []struct {
+				APIGroups   []string `json:"apiGroups"`
+				APIVersions []string `json:"apiVersions"`
+				Operations  []string `json:"operations"`
+				Resources   []string `json:"resources"`
+			} `json:"rules"`
+		} `json:"webhooks"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &vwc))
+	require.Equal(t, "ValidatingWebhookConfiguration", vwc.Kind)
+	require.Len(t, vwc.Webhooks, 1)
+	w := vwc.Webhooks[0]
+	require.Equal(t, []string{"v1"}, w.AdmissionReviewVersions)
+	require.Equal(t, "None", w.SideEffects)
+	require.Equal(t, "Fail", w.FailurePolicy)
+	require.Equal(t, "/validate", w.ClientConfig.Service.Path)
+	require.Len(t, w.Rules, 1)
+	group, version, _ := strings.Cut(class.APIVersion, "/")
+	require.Equal(t, []string{group}, w.Rules[0].APIGroups)
+	require.Equal(t, []string{version}, w.Rules[0].APIVersions)
+	require.Equal(t, []string{"CREATE", "UPDATE"}, w.Rules[0].Operations)
+	var plurals []string
+	for _, c := range crds(t) {
+		plurals = append(plurals, c.Spec.Names.Plural)
+	}
+	require.ElementsMatch(t, plurals, w.Rules[0].Resources)
+}

@@ -1,0 +1,342 @@
+// Package arbiter is lockd's grant path on etcd.
+//
+// Sessions are etcd leases owned by one SPIFFE identity; every hold is a key
+// attached to its session's lease, so a session's expiry releases all of its
+// holds in one committed entry. A grant is one transaction comparing the hold
+// key's absence and the epoch record; its fencing token is epoch<<48 | the
+// transaction's commit revision. Waiters queue in memory per key, in arrival
+// order, on this arbiter only; a watch event is a hint that makes the head
+// waiter try its own full transaction, never a grant by itself.
+//
+// The arbiter compares the cluster ID in every etcd response header with the
+// one in the epoch record. A mismatch means the store was restored: the
+// arbiter seals and refuses every grant until the epoch advances.
+package arbiter
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/time/rate"
+
+	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/internal/class"
+)
+
+// Key layout in etcd.
+const (
+	holdPrefix    = "/l/"
+	queuePrefix   = "/q/"
+	sessionPrefix = "/s/"
+	epochKey      = "/sys/epoch"
+	// graceKey exists, on a lease of the longest class TTL, from an epoch
+	// advance until every holder of the old epoch has been fenced: no grant
+	// is made while it exists (see AdvanceEpoch).
+	graceKey = "/sys/epoch-grace"
+)
+
+// Config configures an Arbiter.
+type Config struct {
+	// Client is the etcd client (KV, Watch, Lease grant/revoke/TTL).
+	Client *clientv3.Client
+	// Leases is the raw lease client keepalives are forwarded on.
+	Leases pb.LeaseClient
+	// Operators are the SPIFFE IDs allowed to see tokens of others and to
+	// advance the epoch.
+	Operators []string
+	// OIDCOperators: operators sign in with OIDC, verified at the gRPC
+	// boundary, which passes them as "oidc:<subject>". Only the boundary
+	// can produce such an identity (callers' own are SPIFFE IDs).
+	OIDCOperators bool
+	// Logger receives one structured line per event; tokens are never logged.
+	Logger *slog.Logger
+	// Now is the clock for diagnostics (acquired-at, ages); grants never
+	// depend on it.
+	Now func() time.Time
+	// RequestTimeout bounds each etcd call (default 5s); a caller's shorter
+	// deadline wins.
+	RequestTimeout time.Duration
+	// PollInterval is how often a queued waiter re-tries without a watch
+	// event (default 1s, with jitter).
+	PollInterval time.Duration
+	// EpochRefresh is how often the epoch record is re-read (default 1s).
+	EpochRefresh time.Duration
+	// MaxEpochAge bounds the age of the epoch read a keepalive answer is
+	// credited with (default 3s): a keepalive lockd cannot vouch for with a
+	// recent enough read is answered uncredited. An advance's grace is sized from it.
+	MaxEpochAge time.Duration
+	// StateFile, when set, is where the arbiter remembers the highest epoch
+	// it has served (with its cluster ID and revision): a store behind it is
+	// sealed at start. lockd keeps it in its data dir.
+	StateFile string
+	// Bootstrap says when the arbiter may create the epoch record itself;
+	// by default it never does, and a store without one is sealed.
+	Bootstrap Bootstrap
+	// MaxSessionsPerIdentity and MaxWaitersPerIdentity bound what one
+	// identity may have open on this arbiter (defaults
+	// DefaultMaxSessionsPerIdentity and DefaultMaxWaitersPerIdentity).
+	MaxSessionsPerIdentity int
+	MaxWaitersPerIdentity  int
+	// Metrics receives counts; nil uses a private registry.
+	Metrics *Metrics
+	// ValidateRate and ValidateBurst limit ValidateToken calls per identity
+	// (defaults DefaultValidateRate and DefaultValidateBurst).
+	ValidateRate  float64
+	ValidateBurst int
+}
+
+// Default per-identity quotas on one arbiter.
+const (
+	DefaultMaxSessionsPerIdentity = 1000
+	DefaultMaxWaitersPerIdentity  = 1000
+)
+
+// Policy is one consistent snapshot of classes and the grants compiled from
+// them.
+type Policy struct {
+	Classes *class.Set
+	Authz   *authz.Authorizer
+}
+
+// NewPolicy compiles a class set.
+func NewPolicy(set *class.Set) *Policy {
+	return &Policy{Classes: set, Authz: authz.New(set)}
+}
+
+// Arbiter serves grants. It is safe for concurrent use.
+type Arbiter struct {
+	cli         *clientv3.Client
+	leases      pb.LeaseClient
+	operators   map[string]bool
+	admin       adminKV // the admin operations' limited view of etcd
+	oidcOps     bool
+	log         *slog.Logger
+	now         func() time.Time
+	timeout     time.Duration
+	poll        time.Duration
+	refresh     time.Duration
+	maxEpochAge time.Duration
+	metrics     *Metrics
+	bootstrap   Bootstrap
+
+	policy atomic.Pointer[Policy]
+	epoch  atomic.Pointer[epochState]
+	// epochMu serialises epoch state changes and the state file;
+	// reloadMu serialises refresh reads (their revisions are compared) and
+	// lets one keepalive re-read a stale epoch for all; it is given up on
+	// when the waiter's context ends.
+	epochMu     sync.Mutex
+	reloadMu    chanMutex
+	stateFile   string
+	floor       watermark // the state file at start
+	mark        watermark // the state file now (epochMu)
+	markWritten time.Time
+	lastRead    struct {
+		epoch uint32
+		rev   int64
+	}
+	maxTTLSeen atomic.Int64 // seconds
+	// storeChanged is closed (and replaced) when the epoch state changes.
+	storeMu      sync.Mutex
+	storeChanged chan struct{}
+
+	qmu     sync.Mutex
+	queues  map[string]*queue
+	waiters map[string]int // identity -> waiters queued here (qmu)
+
+	sessions   sync.Map // int64 -> *sessionInfo
+	smu        sync.Mutex
+	sessionsBy map[string]int // identity -> sessions opened here and live (smu)
+	maxSess    int
+	maxWaiters int
+
+	removed removedHolds // force-released holds, for keepalive answers
+
+	validate validateLimits
+
+	bg     context.Context // ends at Close
+	stop   context.CancelFunc
+	closed chan struct{}
+	wg     sync.WaitGroup
+}
+
+// New returns an arbiter serving policy. Call Start before serving.
+func New(cfg Config, policy *Policy) (*Arbiter, error) {
+	if cfg.Client == nil || cfg.Leases == nil {
+		return nil, fmt.Errorf("%w: arbiter needs an etcd client and lease client", ErrInvalid)
+	}
+	if policy == nil || policy.Classes == nil || policy.Authz == nil {
+		return nil, fmt.Errorf("%w: arbiter needs a policy (NewPolicy)", ErrInvalid)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RequestTimeout", cfg.RequestTimeout}, {"PollInterval", cfg.PollInterval}, {"EpochRefresh", cfg.EpochRefresh}, {"MaxEpochAge", cfg.MaxEpochAge}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%w: %s: must not be negative", ErrInvalid, d.name)
+		}
+	}
+	if cfg.MaxSessionsPerIdentity < 0 || cfg.MaxWaitersPerIdentity < 0 {
+		return nil, fmt.Errorf("%w: MaxSessionsPerIdentity, MaxWaitersPerIdentity: must not be negative", ErrInvalid)
+	}
+	floor, err := loadWatermark(cfg.StateFile)
+	if err != nil {
+		return nil, err
+	}
+	a := &Arbiter{
+		cli:         cfg.Client,
+		leases:      cfg.Leases,
+		operators:   map[string]bool{},
+		admin:       adminKV{kv: cfg.Client},
+		oidcOps:     cfg.OIDCOperators,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		timeout:     cmp.Or(cfg.RequestTimeout, 5*time.Second),
+		poll:        cmp.Or(cfg.PollInterval, time.Second),
+		refresh:     cmp.Or(cfg.EpochRefresh, time.Second),
+		maxEpochAge: cmp.Or(cfg.MaxEpochAge, 3*time.Second),
+		metrics:     cfg.Metrics,
+		bootstrap:   cfg.Bootstrap,
+		stateFile:   cfg.StateFile,
+		floor:       floor,
+		mark:        floor,
+		validate:    validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
+		queues:      map[string]*queue{},
+		waiters:     map[string]int{},
+		sessionsBy:  map[string]int{},
+		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
+		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
+		closed:      make(chan struct{}),
+		reloadMu:    make(chanMutex, 1),
+	}
+	if a.refresh >= a.maxEpochAge {
+		return nil, fmt.Errorf("%w: EpochRefresh %s must be shorter than MaxEpochAge %s", ErrInvalid, a.refresh, a.maxEpochAge)
+	}
+	a.maxTTLSeen.Store(floor.MaxSessionTTL)
+	a.bg, a.stop = context.WithCancel(context.Background())
+	for _, op := range cfg.Operators {
+		a.operators[op] = true
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.metrics == nil {
+		a.metrics = NewMetrics(nil)
+	}
+	a.policy.Store(policy)
+	return a, nil
+}
+
+// SetPolicy replaces the classes and grants served, atomically.
+func (a *Arbiter) SetPolicy(p *Policy) { a.policy.Store(p) }
+
+// Policy returns the policy being served.
+func (a *Arbiter) Policy() *Policy { return a.policy.Load() }
+
+// IsOperator reports whether id is an operator identity: one of Operators,
+// or, with OIDCOperators, an operator the boundary verified ("oidc:…").
+func (a *Arbiter) IsOperator(id string) bool {
+	return a.operators[id] || (a.oidcOps && strings.HasPrefix(id, "oidc:"))
+}
+
+// Metrics returns the arbiter's metrics.
+func (a *Arbiter) Metrics() *Metrics { return a.metrics }
+
+// Start loads the epoch record (creating it only where Config.Bootstrap
+// allows) and starts background work: the epoch refresher, the session
+// and force-release watchers and the gauges. A store without an epoch
+// record, or behind the state file, leaves the arbiter sealed, not
+// failed. Start fails if etcd cannot be reached within ctx.
+func (a *Arbiter) Start(ctx context.Context) error {
+	if err := a.initEpoch(ctx); err != nil {
+		return err
+	}
+	a.wg.Add(4)
+	go func() { defer a.wg.Done(); a.refreshEpochLoop(a.bg) }()
+	go func() { defer a.wg.Done(); a.watchSessions(a.bg) }()
+	go func() { defer a.wg.Done(); a.watchForced(a.bg) }()
+	go func() { defer a.wg.Done(); a.collectLoop(a.bg, 15*time.Second) }()
+	return nil
+}
+
+// Close stops background work. Waiters still queued get ErrUnavailable and
+// every queue watch ends.
+func (a *Arbiter) Close() {
+	select {
+	case <-a.closed:
+		return
+	default:
+	}
+	close(a.closed)
+	a.stop()
+	a.qmu.Lock()
+	for _, q := range a.queues {
+		q.cancelWatch()
+	}
+	a.qmu.Unlock()
+	a.wg.Wait()
+}
+
+// callCtx derives the context for one etcd call: the arbiter's request
+// timeout, or a little less than the caller's deadline so the caller hears
+// Unavailable before its own deadline passes.
+func (a *Arbiter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.callTimeout(ctx))
+}
+
+// txnCtx is callCtx for a grant transaction: bounded the same way, but not
+// cancelled when the caller goes away, so the arbiter always learns whether
+// a grant it sent committed (and releases one whose caller has left).
+func (a *Arbiter) txnCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.callTimeout(ctx))
+}
+
+func (a *Arbiter) callTimeout(ctx context.Context) time.Duration {
+	d := a.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		margin := min(left/20, 100*time.Millisecond)
+		d = min(d, left-margin)
+	}
+	return d
+}
+
+// storeErr classifies an etcd error. The caller's own cancellation passes
+// through; a lease that is gone is ErrSessionNotFound; everything else
+// (timeouts, no leader, lost connections, a store that refuses writes) is
+// ErrUnavailable: the store did not serve the request, so nothing was granted
+// from memory, though a timed-out write may still have committed.
+func storeErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if isLeaseNotFound(err) {
+		return ErrSessionNotFound
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// isLeaseNotFound reports etcd's "requested lease not found", which comes
+// back as a gRPC status (a typed error once converted by clientv3).
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) ||
+		rpctypes.Error(err) == rpctypes.ErrLeaseNotFound
+}
+
+func holdKey(key string) string { return holdPrefix + key }

@@ -1,0 +1,60 @@
+package arbiter
+
+import (
+	"testing"
+
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/store"
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared: a holder's
+// retry reads its own hold in epoch 1; an epoch refresh lands before the
+// answer is classified. The token must carry the epoch the transaction
+// compared (1), never the one loaded since: an epoch-2 token for a hold
+// the advance deleted would outrank every real epoch-2 grant's fence.
+func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
+	b, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	set := class.NewSet(nil, nil)
+	a, err := New(Config{Client: b.Client, Leases: b.Leases, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.initEpoch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := b.Client.Grant(t.Context(), 15)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := int64(lease.ID)
+	hk := holdKey("t/race")
+	val, at := a.encodeHold("spiffe://t/alice", sess, "t/std")
+	first, err := a.tryGrant(t.Context(), hk, val, sess, at)
+	if err != nil || !first.granted {
+		t.Fatalf("grant: %+v %v", first, err)
+	}
+	// The retry's transaction runs in epoch 1 and sees the session's hold.
+	retry, err := a.tryGrant(t.Context(), hk, val, sess, at)
+	if err != nil || retry.granted {
+		t.Fatalf("retry: %+v %v", retry, err)
+	}
+	// Then the refresh installs epoch 2 (another arbiter advanced).
+	st := *a.epoch.Load()
+	st.epoch, st.modRev = 2, st.modRev+1000
+	a.epoch.Store(&st)
+	g, mine, err := a.classify(retry, "spiffe://t/alice", sess)
+	if err != nil || !mine {
+		t.Fatalf("classify: %v mine %v", err, mine)
+	}
+	if e, _ := token.Unpack(g.Token); e != 1 || g.Epoch != 1 {
+		t.Fatalf("the retry's token carries epoch %d (Epoch %d); its transaction compared epoch 1", e, g.Epoch)
+	}
+	if g.Token != first.grant.Token {
+		t.Fatalf("retry token %d, grant token %d", g.Token, first.grant.Token)
+	}
+}

@@ -1,0 +1,251 @@
+package arbiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/lockkey"
+)
+
+// Force-release keys: pending requests, on a lease of ForceRequestTTL, and
+// the records of approved ones, on a lease of ForceRecordTTL.
+const (
+	forceRequestPrefix = "/sys/force-requests/"
+	forceRecordPrefix  = "/sys/force/"
+	// ForceRequestTTL is how long a force-release request waits for its
+	// approver.
+	ForceRequestTTL = time.Hour
+	// ForceRecordTTL is how long the record of an approved force-release
+	// is kept in etcd (the log keeps it for longer).
+	ForceRecordTTL = 24 * time.Hour
+)
+
+// ForceRelease is a pending request to release a hold by force.
+type ForceRelease struct {
+	ID            string    `json:"id"`
+	Key           string    `json:"key"`
+	Holder        string    `json:"holder"`
+	Session       int64     `json:"session"`
+	HoldRevision  int64     `json:"holdRevision"`
+	HoldAcquired  time.Time `json:"holdAcquiredAt"`
+	Class         string    `json:"class"`
+	Enforcement   string    `json:"enforcement"`
+	Requester     string    `json:"requester"`
+	Reason        string    `json:"reason"`
+	RevokeSession bool      `json:"revokeSession"`
+	RequestedAt   time.Time `json:"requestedAt"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+}
+
+// forceRecord is what an approval leaves in /sys/force/.
+type forceRecord struct {
+	ForceRelease
+	Approver   string    `json:"approver"`
+	ApprovedAt time.Time `json:"approvedAt"`
+	Revoked    bool      `json:"sessionRevoked"`
+}
+
+func newForceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RequestForceRelease records a request to release key's current hold by
+// force. Only operators may ask; the reason is required. The request
+// remembers the hold's revision: approval releases that hold and no other.
+func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason string, revokeSession bool) (ForceRelease, error) {
+	if !a.IsOperator(caller) {
+		return ForceRelease{}, ErrNotOperator
+	}
+	if err := lockkey.Validate(key); err != nil {
+		return ForceRelease{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+	}
+	if strings.TrimSpace(reason) == "" {
+		return ForceRelease{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.admin.Get(cctx, holdKey(key))
+	if err != nil {
+		return ForceRelease{}, storeErr(ctx, err)
+	}
+	if _, err := a.checkHeader(resp.Header); err != nil {
+		return ForceRelease{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		return ForceRelease{}, fmt.Errorf("%w: %s", ErrNotHeld, key)
+	}
+	kv := resp.Kvs[0]
+	h, err := decodeHold(kv)
+	if err != nil {
+		return ForceRelease{}, err
+	}
+	now := a.now()
+	fr := ForceRelease{ID: newForceID(), Key: key, Holder: h.Identity, Session: kv.Lease, HoldRevision: kv.ModRevision,
+		HoldAcquired: time.Unix(0, h.AcquiredAt), Class: h.Class, Enforcement: a.enforcementOf(h.Class),
+		Requester: caller, Reason: reason, RevokeSession: revokeSession, RequestedAt: now, ExpiresAt: now.Add(ForceRequestTTL)}
+	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
+	if err != nil {
+		return ForceRelease{}, storeErr(ctx, err)
+	}
+	b, _ := json.Marshal(fr)
+	if _, err := a.admin.Put(cctx, forceRequestPrefix+fr.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+		return ForceRelease{}, storeErr(ctx, err)
+	}
+	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(key), "requested").Inc()
+	a.log.Warn("force-release requested", "id", fr.ID, "key", key, "holder", fr.Holder, "class", fr.Class,
+		"enforcement", fr.Enforcement, "requester", caller, "reason", reason, "revoke_session", revokeSession)
+	return fr, nil
+}
+
+// enforcementOf is the enforcement of class ref ("ns/name") in the loaded
+// classes, or "unknown" for a class no longer loaded.
+func (a *Arbiter) enforcementOf(ref string) string {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return "unknown"
+	}
+	c, found := a.policy.Load().Classes.Class(ns, name)
+	if !found {
+		return "unknown"
+	}
+	return string(c.Enforcement)
+}
+
+func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64, error) {
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return ForceRelease{}, 0, fmt.Errorf("%w: id: must be a request id from RequestForceRelease", ErrInvalid)
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.admin.Get(cctx, forceRequestPrefix+id)
+	if err != nil {
+		return ForceRelease{}, 0, storeErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ForceRelease{}, 0, fmt.Errorf("%w: %s", ErrForceNotFound, id)
+	}
+	var fr ForceRelease
+	if err := json.Unmarshal(resp.Kvs[0].Value, &fr); err != nil {
+		return ForceRelease{}, 0, fmt.Errorf("%w: force request %s: %v", ErrInternal, id, err)
+	}
+	return fr, resp.Kvs[0].ModRevision, nil
+}
+
+// ApproveForceRelease releases the requested hold: one transaction compares
+// the hold with the one requested (revision and session) and the request
+// itself, deletes the hold and the request, and writes the force record.
+// With RevokeSession the holder's session is then revoked, ending all its
+// holds. The approver must be an operator other than the requester.
+func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller, id string) (ForceRelease, string, error) {
+	if !a.IsOperator(caller) {
+		return ForceRelease{}, "", ErrNotOperator
+	}
+	fr, reqRev, err := a.getForce(ctx, id)
+	if err != nil {
+		return ForceRelease{}, "", err
+	}
+	ns := lockkey.Namespace(fr.Key)
+	if fr.Requester == caller {
+		a.metrics.forceReleases.WithLabelValues(ns, "refused").Inc()
+		return fr, "", ErrSamePerson
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	lease, err := a.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
+	if err != nil {
+		return ForceRelease{}, "", storeErr(ctx, err)
+	}
+	rec := forceRecord{ForceRelease: fr, Approver: caller, ApprovedAt: a.now(), Revoked: fr.RevokeSession}
+	b, _ := json.Marshal(rec)
+	recKey := forceRecordPrefix + fr.ID
+	hk := holdKey(fr.Key)
+	resp, err := a.admin.Txn(cctx).If(
+		clientv3.Compare(clientv3.ModRevision(hk), "=", fr.HoldRevision),
+		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(fr.Session)),
+		clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+fr.ID), "=", reqRev),
+	).Then(
+		clientv3.OpDelete(hk),
+		clientv3.OpDelete(forceRequestPrefix+fr.ID),
+		clientv3.OpPut(recKey, string(b), clientv3.WithLease(lease.ID)),
+	).Commit()
+	if err != nil {
+		return ForceRelease{}, "", storeErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
+		return fr, "", ErrHoldChanged
+	}
+	// Tell the holder through its keepalive answers at once (every arbiter
+	// also learns it from the record).
+	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision}, time.Now())
+	if fr.RevokeSession {
+		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
+			return fr, recKey, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
+		}
+		a.forgetSession(fr.Session)
+	}
+	a.wakeHead(fr.Key)
+	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()
+	a.log.Warn("force-release approved", "id", fr.ID, "key", fr.Key, "holder", fr.Holder, "class", fr.Class,
+		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", caller, "reason", fr.Reason,
+		"revoke_session", fr.RevokeSession)
+	return fr, recKey, nil
+}
+
+// DenyForceRelease withdraws a pending request (its requester) or refuses
+// it (another operator).
+func (a *Arbiter) DenyForceRelease(ctx context.Context, caller, id, reason string) (ForceRelease, error) {
+	if !a.IsOperator(caller) {
+		return ForceRelease{}, ErrNotOperator
+	}
+	fr, reqRev, err := a.getForce(ctx, id)
+	if err != nil {
+		return ForceRelease{}, err
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.admin.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+id), "=", reqRev)).
+		Then(clientv3.OpDelete(forceRequestPrefix + id)).Commit()
+	if err != nil {
+		return ForceRelease{}, storeErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return ForceRelease{}, fmt.Errorf("%w: %s", ErrForceNotFound, id)
+	}
+	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(fr.Key), "denied").Inc()
+	a.log.Warn("force-release denied", "id", id, "key", fr.Key, "requester", fr.Requester, "by", caller, "reason", reason)
+	return fr, nil
+}
+
+// ListForceReleases lists the pending requests, oldest first.
+func (a *Arbiter) ListForceReleases(ctx context.Context, caller string) ([]ForceRelease, error) {
+	if !a.IsOperator(caller) {
+		return nil, ErrNotOperator
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.admin.Get(cctx, forceRequestPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, storeErr(ctx, err)
+	}
+	out := make([]ForceRelease, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var fr ForceRelease
+		if err := json.Unmarshal(kv.Value, &fr); err != nil {
+			return nil, fmt.Errorf("%w: force request %s: %v", ErrInternal, kv.Key, err)
+		}
+		out = append(out, fr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
+	return out, nil
+}

@@ -1,0 +1,469 @@
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// AcquireRequest asks for a hold.
+type AcquireRequest struct {
+	// Identity is the caller's authenticated SPIFFE ID.
+	Identity string
+	// Session is the caller's session; its TTL must be the class TTL.
+	Session int64
+	// Key is "<namespace>/<path>".
+	Key string
+	// Class is "name" or "namespace/name" in the key's namespace.
+	Class string
+	// Wait is how long to wait in line; zero tries once.
+	Wait time.Duration
+}
+
+// Grant is a successful acquire.
+type Grant struct {
+	// Token is epoch<<48 | Revision.
+	Token uint64
+	// Epoch and Revision are the token's parts.
+	Epoch    uint32
+	Revision int64
+	// AcquiredAt is the arbiter's clock at the grant (diagnostics only).
+	AcquiredAt time.Time
+}
+
+// holdRecord is the value of /l/<key>, on the holder's session lease.
+type holdRecord struct {
+	Identity   string `json:"id"`
+	Session    int64  `json:"session"`
+	Class      string `json:"class"`
+	AcquiredAt int64  `json:"at"`
+}
+
+func (a *Arbiter) encodeHold(identity string, session int64, cls string) (string, time.Time) {
+	now := a.now()
+	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: cls, AcquiredAt: now.UnixNano()})
+	return string(b), now
+}
+
+func decodeHold(kv *mvccpb.KeyValue) (holdRecord, error) {
+	var h holdRecord
+	if err := json.Unmarshal(kv.Value, &h); err != nil {
+		return h, fmt.Errorf("%w: hold record %s: %v", ErrInternal, kv.Key, err)
+	}
+	return h, nil
+}
+
+// resolveClass finds the class a request names in the key's namespace.
+func resolveClass(set *class.Set, ns, ref string) (*class.Class, error) {
+	name := ref
+	if i := strings.IndexByte(ref, '/'); i >= 0 {
+		if ref[:i] != ns {
+			return nil, fmt.Errorf("%w: class: namespace %q of the class must match the key's namespace %q", ErrInvalid, ref[:i], ns)
+		}
+		name = ref[i+1:]
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: class: required", ErrInvalid)
+	}
+	c, ok := set.Class(ns, name)
+	if !ok {
+		return nil, fmt.Errorf("%w: class: no class %q in namespace %q", ErrInvalid, name, ns)
+	}
+	return c, nil
+}
+
+// attempt is the outcome of one grant transaction (or hold read).
+type attempt struct {
+	granted bool
+	grant   Grant
+	// epoch is the epoch the transaction compared: a hold it saw belongs
+	// to it (an advance deletes every hold with the record's put).
+	epoch uint32
+	// When not granted: the current hold and the response revision (the
+	// watch for the release starts after it).
+	holder       holdRecord
+	holderLease  int64
+	holderModRev int64
+	rev          int64
+	// grace: refused because the epoch advanced less than the grace
+	// period ago.
+	grace bool
+}
+
+// tryGrant runs the grant transaction: compare the hold key absent and the
+// epoch record unchanged; put the hold on the session lease. The token is
+// packed from the epoch compared and the commit revision. A grant whose
+// response comes from a store with another cluster ID is not handed out.
+//
+// The transaction is not cancelled when the caller goes away (only bounded
+// by the request timeout), so the arbiter always learns whether it granted;
+// callers release a grant whose requester has left (releaseIfGone).
+func (a *Arbiter) tryGrant(ctx context.Context, hk, val string, lease int64, at time.Time) (attempt, error) {
+	for range 3 {
+		st := a.epoch.Load()
+		if st.sealed {
+			return attempt{}, sealedErr(st)
+		}
+		cctx, cancel := a.txnCtx(ctx)
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
+			clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0),
+		}
+		if skipAbsenceCompare {
+			cmps = cmps[1:]
+		}
+		start := time.Now()
+		resp, err := a.cli.Txn(cctx).
+			If(cmps...).
+			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(lease)))).
+			Else(holdReads(hk)...).
+			Commit()
+		cancel()
+		if err != nil {
+			return attempt{}, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil {
+			return attempt{}, err
+		}
+		if resp.Succeeded {
+			tok, err := token.Pack(st.epoch, resp.Header.Revision)
+			if err != nil {
+				return attempt{}, fmt.Errorf("%w: %v", ErrInternal, err)
+			}
+			return attempt{granted: true, epoch: st.epoch,
+				grant: Grant{Token: tok, Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}}, nil
+		}
+		att, res, err := a.readOutcome(resp, st, start)
+		if err != nil || res == found {
+			return att, err
+		}
+	}
+	return attempt{}, fmt.Errorf("%w: the epoch record kept changing", ErrUnavailable)
+}
+
+// holdReads are the reads that explain a refused grant: the hold, the
+// epoch record and the grace key.
+func holdReads(hk string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(graceKey, clientv3.WithCountOnly())}
+}
+
+// readResult is what holdReads found.
+type readResult int
+
+const (
+	found      readResult = iota // the attempt says who holds it, or that grants wait out the grace
+	free                         // nobody holds it
+	epochMoved                   // the epoch record moved: read or try again against the new one
+)
+
+// readOutcome interprets holdReads' answers, read with epoch state st.
+func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start time.Time) (attempt, readResult, error) {
+	holds := resp.Responses[0].GetResponseRange().Kvs
+	eps := resp.Responses[1].GetResponseRange().Kvs
+	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
+		o, err := observe(eps, resp.Header, start)
+		if err != nil {
+			return attempt{}, found, err
+		}
+		if next := a.apply(o); next.sealed {
+			return attempt{}, found, sealedErr(next)
+		}
+		return attempt{}, epochMoved, nil
+	}
+	at := attempt{epoch: st.epoch, rev: resp.Header.Revision}
+	if resp.Responses[2].GetResponseRange().Count > 0 {
+		// The epoch has just advanced: wait like a contender until the old
+		// epoch's holders have all been fenced.
+		at.grace = true
+		return at, found, nil
+	}
+	if len(holds) == 0 {
+		return at, free, nil
+	}
+	h, err := decodeHold(holds[0])
+	if err != nil {
+		return attempt{}, found, err
+	}
+	at.holder, at.holderLease, at.holderModRev = h, holds[0].Lease, holds[0].ModRevision
+	return at, found, nil
+}
+
+// readHold reads who holds hk (without trying to take it), for a caller
+// that must not jump the queue.
+func (a *Arbiter) readHold(ctx context.Context, hk string) (attempt, error) {
+	for range 3 {
+		st := a.epoch.Load()
+		if st.sealed {
+			return attempt{}, sealedErr(st)
+		}
+		cctx, cancel := a.callCtx(ctx)
+		start := time.Now()
+		resp, err := a.cli.Txn(cctx).Then(holdReads(hk)...).Commit()
+		cancel()
+		if err != nil {
+			return attempt{}, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil {
+			return attempt{}, err
+		}
+		att, res, err := a.readOutcome(resp, st, start)
+		if err != nil || res != epochMoved {
+			return att, err
+		}
+	}
+	return attempt{}, fmt.Errorf("%w: the epoch record kept changing", ErrUnavailable)
+}
+
+// classify turns a refused attempt into its answer: the caller's own hold
+// (an idempotent re-acquire, e.g. a retry after a lost response), a leak, or
+// plain contention (nil). The token is packed with the epoch the attempt's
+// transaction compared, never one loaded since.
+func (a *Arbiter) classify(at attempt, identity string, session int64) (Grant, bool, error) {
+	if at.holderLease != 0 && at.holderLease == session {
+		tok, err := token.Pack(at.epoch, at.holderModRev)
+		if err != nil {
+			return Grant{}, false, fmt.Errorf("%w: %v", ErrInternal, err)
+		}
+		return Grant{Token: tok, Epoch: at.epoch, Revision: at.holderModRev, AcquiredAt: time.Unix(0, at.holder.AcquiredAt)}, true, nil
+	}
+	if at.holderLease != 0 && at.holder.Identity == identity {
+		return Grant{}, false, fmt.Errorf("%w %d", ErrLeak, at.holderLease)
+	}
+	return Grant{}, false, nil
+}
+
+// authorizeAcquire checks, against the policy served now, that identity may
+// lock key under classRef with a session of ttl. Waiters are checked again
+// before every attempt: a class reload can revoke a grant or change a TTL.
+func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Duration) (*class.Class, error) {
+	pol := a.policy.Load()
+	if !pol.Authz.Allow(identity, key) {
+		return nil, authz.ErrDenied
+	}
+	cls, err := resolveClass(pol.Classes, lockkey.Namespace(key), classRef)
+	if err != nil {
+		return nil, err
+	}
+	if ttl != 0 && ttl != cls.TTL {
+		return nil, fmt.Errorf("%w: class %s/%s has ttl %s, the session has ttl %s; open a session with the class TTL",
+			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, ttl)
+	}
+	return cls, nil
+}
+
+// Acquire grants req.Key to req.Session, waiting up to req.Wait in arrival
+// order behind other waiters on this arbiter.
+func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
+	start := time.Now()
+	ns, clsName := "-", "-"
+	defer func() { a.metrics.observeAcquire(ns, clsName, err, time.Since(start)) }()
+
+	if err := lockkey.Validate(req.Key); err != nil {
+		return Grant{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+	}
+	cls, err := a.authorizeAcquire(req.Identity, req.Key, req.Class, 0)
+	if err != nil {
+		return Grant{}, err
+	}
+	ns, clsName = cls.Namespace, cls.Name
+	if req.Wait < 0 {
+		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
+	}
+	if st := a.epoch.Load(); st.sealed {
+		return Grant{}, sealedErr(st)
+	}
+	sess, err := a.session(ctx, req.Identity, req.Session)
+	if err != nil {
+		return Grant{}, err
+	}
+	if sess.ttl != cls.TTL {
+		return Grant{}, fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
+			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
+	}
+	classRef := cls.Namespace + "/" + cls.Name
+	hk := holdKey(req.Key)
+
+	w := &waiter{identity: req.Identity, session: req.Session, class: classRef, ttl: sess.ttl,
+		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
+	att, tried, err := a.firstLook(ctx, req, hk, classRef)
+	if err != nil {
+		return Grant{}, a.sessionGone(req.Session, err)
+	}
+	if att.granted {
+		return a.releaseIfGone(ctx, req, att.grant)
+	}
+	if g, mine, err := a.classify(att, req.Identity, req.Session); mine || err != nil {
+		if errors.Is(err, ErrLeak) {
+			a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
+			a.log.Warn("leak refused", "identity", req.Identity, "session", req.Session, "holder_session", att.holderLease, "namespace", ns, "class", clsName)
+		}
+		return g, err
+	}
+	switch {
+	case req.Wait == 0 && att.grace:
+		return Grant{}, ErrEpochGrace
+	case req.Wait == 0:
+		return Grant{}, ErrHeld
+	}
+	if err := a.enqueue(req.Key, w, att, tried); err != nil {
+		a.metrics.quotaRefusals.WithLabelValues(ns, "waiters").Inc()
+		return Grant{}, err
+	}
+	a.metrics.waits.WithLabelValues(ns, clsName).Inc()
+	g, err = a.wait(ctx, req, w, hk, time.Now().Add(req.Wait))
+	if errors.Is(err, ErrLeak) {
+		a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
+	}
+	return g, err
+}
+
+// firstLook is an Acquire's first step. With no waiters queued here it
+// tries the grant. With waiters queued it must not jump the line: it
+// replaces the session's own older waiter for the key, if any, and reads
+// the hold when the caller may be its holder (an idempotent retry) or its
+// identity's (a leak). tried reports whether the attempt read the store.
+func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk, classRef string) (attempt, bool, error) {
+	q, dup, hint := a.queueFor(req.Key, req.Session)
+	if q == nil {
+		val, at := a.encodeHold(req.Identity, req.Session, classRef)
+		att, err := a.tryGrant(ctx, hk, val, req.Session, at)
+		return att, true, err
+	}
+	if !dup && hint.identity != "" && hint.identity != req.Identity {
+		// Held, as last seen here, by another identity: the caller cannot
+		// be its holder. If the hint is stale the caller learns when its
+		// turn comes, by a full transaction.
+		return attempt{}, false, nil
+	}
+	if err := q.op.lock(ctx); err != nil {
+		return attempt{}, false, err
+	}
+	defer q.op.unlock()
+	if dup {
+		a.supersede(req.Key, req.Session)
+	}
+	att, err := a.readHold(ctx, hk)
+	return att, true, err
+}
+
+// releaseIfGone returns g to the caller, or, when the caller has gone
+// (its context ended while the grant was in flight), releases it so that
+// no hold is left that nobody knows about.
+func (a *Arbiter) releaseIfGone(ctx context.Context, req AcquireRequest, g Grant) (Grant, error) {
+	if ctx.Err() == nil {
+		return g, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	defer cancel()
+	if _, err := a.release(rctx, req.Session, req.Key, g.Token); err != nil {
+		a.log.Warn("could not release a grant whose caller left; it ends with its session", "session", req.Session, "err", err)
+	}
+	return Grant{}, ctx.Err()
+}
+
+// sessionGone drops a cached session the store says is gone.
+func (a *Arbiter) sessionGone(id int64, err error) error {
+	if errors.Is(err, ErrSessionNotFound) {
+		a.forgetSession(id)
+	}
+	return err
+}
+
+// Release ends the hold of key by session with tok. An absent hold is not an
+// error (released is false); a hold with another token or session is
+// ErrStaleToken. When a waiter is queued here, the key is handed to it in
+// the same transaction. The caller must be allowed to lock key (the one
+// denial otherwise, before anything is read).
+func (a *Arbiter) Release(ctx context.Context, identity string, session int64, key string, tok uint64) (released bool, err error) {
+	if err := lockkey.Validate(key); err != nil {
+		return false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+	}
+	if !a.policy.Load().Authz.Allow(identity, key) {
+		return false, authz.ErrDenied
+	}
+	if _, err := a.session(ctx, identity, session); err != nil {
+		return false, err
+	}
+	return a.release(ctx, session, key, tok)
+}
+
+// release is Release after the caller's checks.
+func (a *Arbiter) release(ctx context.Context, session int64, key string, tok uint64) (bool, error) {
+	ep, rev := token.Unpack(tok)
+	hk := holdKey(key)
+	for range 3 {
+		st := a.epoch.Load()
+		if st.sealed {
+			return false, sealedErr(st)
+		}
+		if ep != st.epoch {
+			return false, ErrStaleToken
+		}
+		cmp := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(hk), "=", rev),
+			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
+			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
+		}
+		done, released, retry, err := a.handoff(ctx, key, hk, cmp, st)
+		if retry {
+			continue // the epoch record moved: compare against the new one
+		}
+		if err != nil || done {
+			return released, err
+		}
+		cctx, cancel := a.callCtx(ctx)
+		start := time.Now()
+		resp, err := a.cli.Txn(cctx).If(cmp...).
+			Then(clientv3.OpDelete(hk)).
+			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
+		cancel()
+		if err != nil {
+			return false, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil {
+			return false, err
+		}
+		if resp.Succeeded {
+			a.wakeHead(key)
+			return true, nil
+		}
+		retry, err = a.releaseRefused(resp, st, start)
+		if !retry {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("%w: the epoch record kept changing", ErrUnavailable)
+}
+
+// releaseRefused explains a refused release: gone (nil), stale, or an epoch
+// change (retry).
+func (a *Arbiter) releaseRefused(resp *clientv3.TxnResponse, st *epochState, start time.Time) (retry bool, err error) {
+	holds := resp.Responses[0].GetResponseRange().Kvs
+	eps := resp.Responses[1].GetResponseRange().Kvs
+	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
+		o, err := observe(eps, resp.Header, start)
+		if err != nil {
+			return false, err
+		}
+		if next := a.apply(o); next.sealed {
+			return false, sealedErr(next)
+		}
+		return true, nil
+	}
+	if len(holds) == 0 {
+		return false, nil
+	}
+	return false, ErrStaleToken
+}

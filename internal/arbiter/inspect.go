@@ -1,0 +1,221 @@
+package arbiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// HoldInfo describes one hold. Token is set only for operators.
+type HoldInfo struct {
+	Key        string
+	Holder     string
+	Session    int64
+	Class      string
+	AcquiredAt time.Time
+	Age        time.Duration
+	Token      uint64 // zero unless the caller is an operator
+	Epoch      uint32
+	Revision   int64
+	Waiters    int
+}
+
+// mayRead reports whether identity may inspect key: operators read
+// everything, others what they may lock.
+func (a *Arbiter) mayRead(identity, key string) bool {
+	return a.IsOperator(identity) || a.policy.Load().Authz.Allow(identity, key)
+}
+
+// Inspect describes key. held is false when nobody holds it.
+func (a *Arbiter) Inspect(ctx context.Context, identity, key string) (info HoldInfo, held bool, err error) {
+	if err := lockkey.Validate(key); err != nil {
+		return HoldInfo{}, false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+	}
+	if !a.mayRead(identity, key) {
+		return HoldInfo{}, false, authz.ErrDenied
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.cli.Get(cctx, holdKey(key))
+	if err != nil {
+		return HoldInfo{}, false, storeErr(ctx, err)
+	}
+	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
+		return HoldInfo{}, false, err
+	}
+	info = HoldInfo{Key: key, Waiters: a.QueueLen(key)}
+	if len(resp.Kvs) == 0 {
+		return info, false, nil
+	}
+	h, err := decodeHold(resp.Kvs[0])
+	if err != nil {
+		return HoldInfo{}, false, err
+	}
+	a.fillHold(&info, identity, h, resp.Kvs[0].ModRevision)
+	return info, true, nil
+}
+
+func (a *Arbiter) fillHold(info *HoldInfo, identity string, h holdRecord, modRev int64) {
+	info.Holder, info.Session, info.Class = h.Identity, h.Session, h.Class
+	info.AcquiredAt = time.Unix(0, h.AcquiredAt)
+	info.Age = a.now().Sub(info.AcquiredAt)
+	if a.IsOperator(identity) {
+		st := a.epoch.Load()
+		if tok, err := token.Pack(st.epoch, modRev); err == nil {
+			info.Token, info.Epoch, info.Revision = tok, st.epoch, modRev
+		}
+	}
+}
+
+// ListHolds lists the holds under prefix (ending in "/") that identity may
+// see, at most limit. The caller must be an operator or be granted some of
+// the prefix (the one denial otherwise, before anything is read);
+// truncated counts only holds the caller may see.
+func (a *Arbiter) ListHolds(ctx context.Context, identity, prefix string, limit int) ([]HoldInfo, bool, error) {
+	if err := lockkey.ValidatePrefix(prefix); err != nil {
+		return nil, false, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
+	}
+	if !a.IsOperator(identity) && !a.policy.Load().Authz.AllowPrefix(identity, prefix) {
+		return nil, false, authz.ErrDenied
+	}
+	if limit <= 0 || limit > 10000 {
+		limit = 1000
+	}
+	var out []HoldInfo
+	key, end, rev := holdKey(prefix), clientv3.GetPrefixRangeEnd(holdKey(prefix)), int64(0)
+	for len(out) <= limit {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit) + 1)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev)) // every page at one revision
+		}
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Get(cctx, key, opts...)
+		cancel()
+		if err != nil {
+			return nil, false, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
+			return nil, false, err
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			k := strings.TrimPrefix(string(kv.Key), holdPrefix)
+			if !a.mayRead(identity, k) {
+				continue
+			}
+			h, err := decodeHold(kv)
+			if err != nil {
+				return nil, false, err
+			}
+			info := HoldInfo{Key: k, Waiters: a.QueueLen(k)}
+			a.fillHold(&info, identity, h, kv.ModRevision)
+			out = append(out, info)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	truncated := len(out) > limit
+	if truncated {
+		out = out[:limit]
+	}
+	return out, truncated, nil
+}
+
+// ListSessions lists the caller's sessions, or every session for an
+// operator, with their hold counts and remaining TTL. It scans the session
+// and hold prefixes: an operator tool, not a hot path.
+func (a *Arbiter) ListSessions(ctx context.Context, identity string) ([]SessionInfo, error) {
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	sresp, err := a.cli.Get(cctx, sessionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(10000))
+	if err != nil {
+		return nil, storeErr(ctx, err)
+	}
+	op := a.IsOperator(identity)
+	byID := map[int64]*SessionInfo{}
+	var out []*SessionInfo
+	for _, kv := range sresp.Kvs {
+		s, err := decodeSession(kv)
+		if err != nil {
+			return nil, err
+		}
+		if !op && s.identity != identity {
+			continue
+		}
+		si := &SessionInfo{ID: s.id, Identity: s.identity, TTL: s.ttl, OpenedAt: s.openedAt}
+		if v, ok := a.sessions.Load(s.id); ok {
+			if ka := v.(*sessionInfo).lastKA.Load(); ka != 0 {
+				si.LastKeepAlive = time.Unix(0, ka)
+			}
+		}
+		byID[s.id] = si
+		out = append(out, si)
+	}
+	hresp, err := a.cli.Get(cctx, holdPrefix, clientv3.WithPrefix(), clientv3.WithLimit(100000))
+	if err != nil {
+		return nil, storeErr(ctx, err)
+	}
+	for _, kv := range hresp.Kvs {
+		if si := byID[kv.Lease]; si != nil {
+			si.Holds++
+		}
+	}
+	for _, si := range out {
+		ttl, err := a.cli.TimeToLive(cctx, clientv3.LeaseID(si.ID))
+		if err == nil && ttl.TTL > 0 {
+			si.Remaining = time.Duration(ttl.TTL) * time.Second
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	res := make([]SessionInfo, len(out))
+	for i, si := range out {
+		res[i] = *si
+	}
+	return res, nil
+}
+
+// DescribeClass returns class namespace/name if identity has grants in that
+// namespace (or is an operator); otherwise the same denial as for an absent
+// namespace.
+// ListClasses returns the loaded classes of the namespaces identity has
+// grants in (all of them for an operator), optionally of one namespace.
+func (a *Arbiter) ListClasses(identity, namespace string) []*class.Class {
+	pol := a.policy.Load()
+	var mine []string
+	op := a.IsOperator(identity)
+	if !op {
+		mine = pol.Authz.NamespacesOf(identity)
+	}
+	var out []*class.Class
+	for _, c := range pol.Classes.Classes() {
+		if (namespace == "" || c.Namespace == namespace) && (op || slices.Contains(mine, c.Namespace)) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (a *Arbiter) DescribeClass(identity, namespace, name string) (*class.Class, error) {
+	pol := a.policy.Load()
+	if !a.IsOperator(identity) && !slices.Contains(pol.Authz.NamespacesOf(identity), namespace) {
+		return nil, authz.ErrDenied
+	}
+	c, ok := pol.Classes.Class(namespace, name)
+	if !ok {
+		return nil, fmt.Errorf("%w: class: no class %q in namespace %q", ErrInvalid, name, namespace)
+	}
+	return c, nil
+}

@@ -1,0 +1,77 @@
+package classlint
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lockd-dev/lockd/internal/riskregister"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+)
+
+// registerClasses has advisory classes that are missing a waiver, lapsed,
+// expiring and ok; internal/riskregister's golden files show them in full.
+const registerClasses = "../../riskregister/testdata/classes"
+
+func TestRegisterFormats(t *testing.T) {
+	now := "--now=2026-03-01T12:00:00Z"
+	tests := []struct {
+		format string
+		check  func(t *testing.T, out, errOut string)
+	}{
+		{"table", func(t *testing.T, out, _ string) {
+			require.Contains(t, out, "NAMESPACE  CLASS")
+			require.NotContains(t, out, "GRANTS 24H", "no --prometheus, no grants column")
+			require.Contains(t, out, "legacy     cron           platform-team                    2026-02-26      -4         expired")
+		}},
+		{"markdown", func(t *testing.T, out, _ string) {
+			require.True(t, strings.HasPrefix(out, "### Advisory risk register\n"), out)
+			require.Contains(t, out, "| legacy | cron | platform-team | 2026-02-26 | -4 | **expired** |")
+		}},
+		{"csv", func(t *testing.T, out, errOut string) {
+			require.True(t, strings.HasPrefix(out, "namespace,class,risk_owner,waiver_expires,days_left,status\nlegacy,sweeper,"), out)
+			require.Contains(t, errOut, "class-lint register: ", "the notes go to stderr")
+		}},
+		{"json", func(t *testing.T, out, _ string) {
+			var reg riskregister.Register
+			require.NoError(t, json.Unmarshal([]byte(out), &reg))
+			require.Len(t, reg.Rows, 6)
+			require.Equal(t, riskregister.StatusMissing, reg.Rows[0].Status)
+			require.Nil(t, reg.Rows[0].Grants24h)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Main([]string{"register", registerClasses, now, "-o", tt.format}, &out, &errOut)
+			require.Equal(t, ExitOK, code, "stderr: %s", errOut.String())
+			tt.check(t, out.String(), errOut.String())
+		})
+	}
+}
+
+func TestRegisterUsageErrors(t *testing.T) {
+	down := "http://" + lockdtest.FreeAddr(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad output", []string{"register", registerClasses, "-o", "yaml"}, "-o must be table, markdown, csv or json"},
+		{"bad --now", []string{"register", registerClasses, "--now", "2026-03-01"}, `"--now" flag: must be an RFC 3339 time`},
+		{"no such directory", []string{"register", "testdata/does-not-exist"}, "does-not-exist"},
+		{"Prometheus unreachable", []string{"register", registerClasses, "--prometheus", down}, "query Prometheus at " + down},
+		{"too many args", []string{"register", "a", "b"}, "accepts at most 1 arg"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Main(tt.args, &out, &errOut)
+			require.Equal(t, ExitUsage, code, "stdout %q stderr %q", out.String(), errOut.String())
+			require.Contains(t, errOut.String(), tt.want)
+		})
+	}
+}

@@ -1,0 +1,111 @@
+// Package register is `lockctl register`: the advisory risk register.
+package register
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/pkg/client"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// Options are `lockctl register`'s inputs.
+type Options struct {
+	IO      *iostreams.IOStreams
+	Client  func() (*client.Client, error)
+	Printer func() *printer.Printer
+	Now     func() time.Time
+	Timeout time.Duration
+
+	Namespace string
+}
+
+// NewCmdRegister returns `lockctl register`.
+func NewCmdRegister(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
+	opts := &Options{IO: f.IOStreams, Client: f.Client, Printer: f.Printer, Now: f.Now, Timeout: 30 * time.Second}
+	cmd := &cobra.Command{
+		Use:   "register [--namespace <ns>]",
+		Short: "The advisory risk register: advisory classes, their risk owners and waivers",
+		Long: cmdutil.Doc(`
+			List the advisory classes lockd has loaded: classes whose resource does not
+			check fencing tokens, so a paused or partitioned holder can overlap the
+			next one. For each, it shows who owns that risk, when the waiver lapses and
+			how many days are left. Less than 30 days shows in yellow; a lapsed waiver
+			shows in red.
+
+			You see the namespaces you have grants in; operators see all of them.
+		`),
+		Example: cmdutil.Example(`
+			$ lockctl register
+			$ lockctl register --namespace payments -o json
+		`),
+		Args: cmdutil.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return cmdutil.Call(cmd.Context(), opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.LockService().ListClasses(ctx, &lockv1.ListClassesRequest{Namespace: opts.Namespace})
+				if err != nil {
+					return err
+				}
+				return opts.Printer().Print(NewView(opts.Now(), resp))
+			})
+		},
+	}
+	cmd.Flags().StringVar(&opts.Namespace, "namespace", "", "only this namespace")
+	return cmd
+}
+
+// Entry is one advisory class.
+type Entry struct {
+	Namespace     string    `json:"namespace"`
+	Class         string    `json:"class"`
+	Purpose       string    `json:"purpose"`
+	RiskOwner     string    `json:"risk_owner"`
+	WaiverExpires time.Time `json:"waiver_expires"`
+	DaysLeft      int       `json:"days_left"`
+}
+
+// View is the register.
+type View struct {
+	Advisory []Entry `json:"advisory"`
+}
+
+// NewView keeps the advisory classes of a ListClassesResponse.
+func NewView(now time.Time, r *lockv1.ListClassesResponse) *View {
+	v := &View{Advisory: []Entry{}}
+	for _, c := range r.GetClasses() {
+		if c.GetEnforcement() != "advisory" {
+			continue
+		}
+		exp := cmdutil.Time(c.GetWaiverExpires())
+		v.Advisory = append(v.Advisory, Entry{Namespace: c.GetNamespace(), Class: c.GetName(), Purpose: c.GetPurpose(),
+			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: int(math.Floor(exp.Sub(now).Hours() / 24))})
+	}
+	return v
+}
+
+// WriteTable implements printer.Tabular.
+func (v *View) WriteTable(t *printer.Table) {
+	t.Header("NAMESPACE", "CLASS", "PURPOSE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT")
+	for _, e := range v.Advisory {
+		left := printer.Cell{Text: strconv.Itoa(e.DaysLeft)}
+		switch {
+		case e.DaysLeft < 0:
+			left.Style = printer.Red
+		case e.DaysLeft < 30:
+			left.Style = printer.Yellow
+		}
+		t.RowCells(printer.Cell{Text: e.Namespace}, printer.Cell{Text: e.Class}, printer.Cell{Text: e.Purpose},
+			printer.Cell{Text: e.RiskOwner}, printer.Cell{Text: e.WaiverExpires.Format("2006-01-02")}, left)
+	}
+	t.Empty("no advisory classes")
+}

@@ -1,0 +1,58 @@
+package register
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/internal/golden"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+func TestPrintRegister(t *testing.T) {
+	class := func(ns, name, enf, owner string, exp time.Time) *lockv1.LockClass {
+		return &lockv1.LockClass{Namespace: ns, Name: name, Purpose: "efficiency", Enforcement: enf, RiskOwner: owner, WaiverExpires: timestamppb.New(exp)}
+	}
+	v := NewView(golden.Now, &lockv1.ListClassesResponse{Classes: []*lockv1.LockClass{
+		class("payments", "report-export", "advisory", "payments-team", golden.Now.Add(200*24*time.Hour)),
+		class("search", "reindex", "advisory", "search-team", golden.Now.Add(10*24*time.Hour)),
+		class("legacy", "cron", "advisory", "platform-team", golden.Now.Add(-3*24*time.Hour)),
+		class("payments", "ledger-writes", "fenced", "", time.Time{}),
+	}})
+	require.Len(t, v.Advisory, 3, "fenced classes are not in the register")
+	require.Equal(t, -3, v.Advisory[2].DaysLeft)
+	golden.AssertPrinted(t, "register", v)
+}
+
+// TestRegisterFromLockd: the register comes from lockd's loaded classes; a
+// caller sees the namespaces it has grants in, an operator all of them.
+func TestRegisterFromLockd(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	run := func(id string) *View {
+		ios, _, out, _ := iostreams.Test()
+		f := &cmdutil.Factory{IOStreams: ios, Now: time.Now, Output: printer.FormatJSON}
+		f.Client = func() (*client.Client, error) {
+			return client.New(client.WithTarget(env.Addr), client.WithInsecureIdentity(id))
+		}
+		cmd := NewCmdRegister(f, nil)
+		cmd.SetArgs(nil)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		require.NoError(t, cmd.ExecuteContext(t.Context()))
+		var v View
+		require.NoError(t, json.Unmarshal(out.Bytes(), &v))
+		return &v
+	}
+	op := run(lockdtest.Operator)
+	require.Len(t, op.Advisory, 1)
+	require.Equal(t, Entry{Namespace: "other", Class: "cache", Purpose: "efficiency", RiskOwner: "other-team",
+		WaiverExpires: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), DaysLeft: op.Advisory[0].DaysLeft}, op.Advisory[0])
+	require.Empty(t, run(lockdtest.Alice).Advisory, "alice has no grant in namespace other")
+}

@@ -1,0 +1,165 @@
+package top
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// ClassRow is contention for one class.
+type ClassRow struct {
+	Namespace string `json:"namespace"`
+	Class     string `json:"class"`
+	Holds     int    `json:"holds"`
+	// Waiters queued behind this class's holds; Contended is how many of
+	// its holds have anyone waiting, and Ratio is Contended/Holds.
+	Waiters            int     `json:"waiters"`
+	Contended          int     `json:"contended"`
+	Ratio              float64 `json:"contention_ratio"`
+	LongestHoldSeconds float64 `json:"longest_hold_seconds"`
+	// From the lockd answering, since it started: grants, their p99
+	// latency (a histogram bound: at most), and the namespace's sessions
+	// that expired without release.
+	Grants                 uint64  `json:"grants"`
+	GrantP99Seconds        float64 `json:"grant_p99_seconds"`
+	ExpiriesWithoutRelease uint64  `json:"expiries_without_release"`
+}
+
+// HotKey is one of the most contended keys.
+type HotKey struct {
+	Key        string  `json:"key"`
+	Class      string  `json:"class"`
+	Holder     string  `json:"holder"`
+	Waiters    int     `json:"waiters"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// Snapshot is one refresh of `lockctl top`.
+type Snapshot struct {
+	At        time.Time  `json:"at"`
+	Classes   []ClassRow `json:"classes"`
+	Hot       []HotKey   `json:"hot_keys"`
+	Truncated bool       `json:"truncated"`
+}
+
+// Sort orders.
+const (
+	SortContention = "contention"
+	SortHolds      = "holds"
+	SortName       = "name"
+)
+
+// Data is what one refresh reads from lockd.
+type Data struct {
+	Holds *lockv1.ListHoldsResponse
+	Stats *lockv1.ClassStatsResponse
+}
+
+// fetcher reads holds and class statistics; the TUI and --once share it.
+type fetcher func(ctx context.Context) (Data, error)
+
+// Build aggregates holds per class, keeping keys matching filter (a
+// substring of key or class; empty keeps all), sorted by by, with the
+// hotN most contended keys.
+func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
+	resp := d.Holds
+	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{}}
+	rows := map[string]*ClassRow{}
+	for _, st := range d.Stats.GetStats() {
+		ref := st.GetNamespace() + "/" + st.GetClass()
+		if filter != "" && !strings.Contains(ref, filter) {
+			continue
+		}
+		rows[ref] = &ClassRow{Namespace: st.GetNamespace(), Class: st.GetClass(), Grants: st.GetGrants(),
+			GrantP99Seconds: cmdutil.Seconds(st.GetGrantLatencyP99()), ExpiriesWithoutRelease: st.GetExpiriesWithoutRelease()}
+	}
+	for _, h := range resp.GetHolds() {
+		if filter != "" && !strings.Contains(h.GetKey(), filter) && !strings.Contains(h.GetClass(), filter) {
+			continue
+		}
+		ns, name, _ := strings.Cut(h.GetClass(), "/")
+		r := rows[h.GetClass()]
+		if r == nil {
+			r = &ClassRow{Namespace: ns, Class: name}
+			rows[h.GetClass()] = r
+		}
+		age := cmdutil.Seconds(h.GetAge())
+		r.Holds++
+		r.Waiters += int(h.GetWaiters())
+		if h.GetWaiters() > 0 {
+			r.Contended++
+		}
+		r.LongestHoldSeconds = max(r.LongestHoldSeconds, age)
+		s.Hot = append(s.Hot, HotKey{Key: h.GetKey(), Class: h.GetClass(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()), AgeSeconds: age})
+	}
+	for _, r := range rows {
+		if r.Holds > 0 {
+			r.Ratio = float64(r.Contended) / float64(r.Holds)
+		}
+		s.Classes = append(s.Classes, *r)
+	}
+	sort.Slice(s.Classes, func(i, j int) bool {
+		a, b := s.Classes[i], s.Classes[j]
+		switch by {
+		case SortHolds:
+			if a.Holds != b.Holds {
+				return a.Holds > b.Holds
+			}
+		case SortContention:
+			if a.Waiters != b.Waiters {
+				return a.Waiters > b.Waiters
+			}
+			if a.Ratio != b.Ratio {
+				return a.Ratio > b.Ratio
+			}
+		}
+		return a.Namespace+"/"+a.Class < b.Namespace+"/"+b.Class
+	})
+	sort.SliceStable(s.Hot, func(i, j int) bool {
+		if s.Hot[i].Waiters != s.Hot[j].Waiters {
+			return s.Hot[i].Waiters > s.Hot[j].Waiters
+		}
+		return s.Hot[i].AgeSeconds > s.Hot[j].AgeSeconds
+	})
+	if len(s.Hot) > hotN {
+		s.Hot = s.Hot[:hotN]
+	}
+	return s
+}
+
+// WriteTable implements printer.Tabular: the classes, then the hot keys.
+func (s *Snapshot) WriteTable(t *printer.Table) {
+	t.Header("NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD", "GRANTS", "GRANT P99", "EXPIRIES")
+	for _, r := range s.Classes {
+		c := printer.Cell{Text: fmt.Sprintf("%.0f%%", r.Ratio*100)}
+		if r.Ratio >= 0.5 {
+			c.Style = printer.Red
+		}
+		t.RowCells(printer.Cell{Text: r.Namespace}, printer.Cell{Text: r.Class}, printer.Cell{Text: fmt.Sprint(r.Holds)},
+			printer.Cell{Text: fmt.Sprint(r.Waiters)}, c, printer.Cell{Text: t.Duration(cmdutil.Duration(r.LongestHoldSeconds))},
+			printer.Cell{Text: fmt.Sprint(r.Grants)}, printer.Cell{Text: cmdutil.Duration(r.GrantP99Seconds).String()},
+			printer.Cell{Text: fmt.Sprint(r.ExpiriesWithoutRelease)})
+	}
+	t.Empty("no holds")
+}
+
+// Notes implements printer.Noter.
+func (s *Snapshot) Notes() []string {
+	var n []string
+	if s.Truncated {
+		n = append(n, "only the first holds were listed: narrow it with --prefix")
+	}
+	for _, h := range s.Hot {
+		if h.Waiters > 0 {
+			n = append(n, fmt.Sprintf("hot: %s (%s) held by %s for %s, %d waiting", h.Key, h.Class, h.Holder,
+				cmdutil.Duration(h.AgeSeconds).Round(time.Second), h.Waiters))
+		}
+	}
+	return n
+}

@@ -1,0 +1,155 @@
+package top
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/muesli/termenv"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+var at = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Goldens are plain text whatever terminal the tests run under.
+func init() { lipgloss.SetColorProfile(termenv.Ascii) }
+
+func hold(key, class string, waiters int32, age time.Duration) *lockv1.Hold {
+	return &lockv1.Hold{Key: key, Class: class, Holder: "spiffe://example.org/w", Waiters: waiters, Age: durationpb.New(age)}
+}
+
+var sample = Data{Holds: &lockv1.ListHoldsResponse{Holds: []*lockv1.Hold{
+	hold("payments/ledger/1", "payments/ledger-writes", 3, 40*time.Second),
+	hold("payments/ledger/2", "payments/ledger-writes", 0, 5*time.Second),
+	hold("payments/export/1", "payments/report-export", 0, 90*time.Second),
+	hold("platform/leader", "platform/leader-election", 1, 300*time.Second),
+}}, Stats: &lockv1.ClassStatsResponse{Stats: []*lockv1.ClassStat{
+	{Namespace: "payments", Class: "ledger-writes", Grants: 1200, GrantLatencyP99: durationpb.New(40 * time.Millisecond), ExpiriesWithoutRelease: 2},
+	{Namespace: "search", Class: "reindex", Grants: 7, GrantLatencyP99: durationpb.New(2 * time.Millisecond)},
+}}}
+
+func TestBuild(t *testing.T) {
+	s := Build(at, sample, "", SortContention, 2)
+	require.Len(t, s.Classes, 4, "a class with grants but no holds now still shows")
+	require.Equal(t, ClassRow{Namespace: "payments", Class: "ledger-writes", Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40,
+		Grants: 1200, GrantP99Seconds: 0.04, ExpiriesWithoutRelease: 2}, s.Classes[0])
+	require.Equal(t, "leader-election", s.Classes[1].Class)
+	require.Equal(t, []string{"payments/ledger/1", "platform/leader"}, []string{s.Hot[0].Key, s.Hot[1].Key})
+
+	require.Equal(t, "ledger-writes", Build(at, sample, "", SortHolds, 10).Classes[0].Class)
+	require.Equal(t, "payments", Build(at, sample, "", SortName, 10).Classes[0].Namespace)
+	f := Build(at, sample, "export", SortName, 10)
+	require.Len(t, f.Classes, 1)
+	require.Equal(t, "report-export", f.Classes[0].Class)
+}
+
+// TestOnceAgainstLockd: --once prints one snapshot of a real lockd, with a
+// contended key showing its waiter.
+func TestOnceAgainstLockd(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice := env.Client(t, lockdtest.Alice)
+	_, err := alice.Acquire(t.Context(), "t/hot", "std", func(*client.Lock) {})
+	require.NoError(t, err)
+	bob := env.Client(t, lockdtest.Bob)
+	go func() {
+		_, _ = bob.Acquire(context.Background(), "t/hot", "std", func(*client.Lock) {}, client.Wait(time.Minute))
+	}()
+	_, err = alice.Acquire(t.Context(), "t/cold", "fast", func(*client.Lock) {})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return env.Arbiter.QueueLen("t/hot") == 1 }, 5*time.Second, 20*time.Millisecond)
+
+	ios, _, out, _ := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Now: time.Now, Output: printer.FormatJSON}
+	f.Client = func() (*client.Client, error) {
+		return client.New(client.WithTarget(env.Addr), client.WithInsecureIdentity(lockdtest.Operator))
+	}
+	cmd := NewCmdTop(f, nil)
+	cmd.SetArgs([]string{"--once", "--prefix", "t/"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	require.NoError(t, cmd.ExecuteContext(t.Context()))
+	var s Snapshot
+	require.NoError(t, json.Unmarshal(out.Bytes(), &s))
+	require.Len(t, s.Classes, 2)
+	require.Equal(t, "std", s.Classes[0].Class, "the contended class sorts first")
+	require.Equal(t, 1, s.Classes[0].Waiters)
+	require.Equal(t, uint64(1), s.Classes[0].Grants, "lockd's own statistics are merged in")
+	require.Positive(t, s.Classes[0].GrantP99Seconds)
+	require.Equal(t, "t/hot", s.Hot[0].Key)
+}
+
+func TestFlags(t *testing.T) {
+	for _, tt := range []struct{ args, want string }{
+		{"--sort fastest", "--sort must be contention, holds or name"},
+		{"--interval 10ms", "--interval must be at least 500ms"},
+	} {
+		ios, _, _, _ := iostreams.Test()
+		cmd := NewCmdTop(&cmdutil.Factory{IOStreams: ios}, func(*Options) error { return nil })
+		cmd.SetArgs(strings.Fields(tt.args))
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		require.ErrorContains(t, cmd.Execute(), tt.want)
+	}
+}
+
+// TestViewGolden renders the TUI over a fixed snapshot, drilled down to
+// the hot keys.
+func TestViewGolden(t *testing.T) {
+	fetch := func(context.Context) (Data, error) { return sample, nil }
+	m := newModel(fetch, func() time.Time { return at }, time.Hour, "", SortContention)
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(110, 30))
+	teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return bytes.Contains(b, []byte("ledger-writes")) },
+		teatest.WithDuration(5*time.Second))
+	tm.Send(tea.KeyMsg{Type: tea.KeyEnter})
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	final := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(model)
+	teatest.RequireEqualOutput(t, []byte(final.View()))
+}
+
+// TestKeepsWorkingWhenLockdRestarts: with a real lockd, the view shows the
+// error while lockd is down and recovers when it is back on its address.
+func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	addr := env.Addr
+	alice := env.Client(t, lockdtest.Alice)
+	_, err := alice.Acquire(t.Context(), "t/before", "std", func(*client.Lock) {})
+	require.NoError(t, err)
+	c, err := client.New(client.WithTarget(addr), client.WithInsecureIdentity(lockdtest.Operator))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	fetch := func(ctx context.Context) (Data, error) {
+		h, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: "t/"})
+		return Data{Holds: h}, err
+	}
+	tm := teatest.NewTestModel(t, newModel(fetch, time.Now, 500*time.Millisecond, "", SortContention), teatest.WithInitialTermSize(110, 30))
+	out := tm.Output()
+	waitFor := func(what string) {
+		t.Helper()
+		teatest.WaitFor(t, out, func(b []byte) bool { return bytes.Contains(b, []byte(what)) }, teatest.WithDuration(15*time.Second))
+	}
+	waitFor("std")
+	env.Stop()
+	waitFor("refresh failed, retrying")
+	env2 := lockdtest.Start(t, lockdtest.Options{Addr: addr})
+	bob := env2.Client(t, lockdtest.Bob)
+	_, err = bob.Acquire(t.Context(), "t/after", "fast", func(*client.Lock) {})
+	require.NoError(t, err)
+	waitFor("fast")
+	require.NoError(t, tm.Quit())
+	final := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(model)
+	require.NoError(t, final.err, "the view still shows an error after lockd came back")
+	_, _ = io.Copy(io.Discard, out)
+}

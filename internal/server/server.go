@@ -1,0 +1,486 @@
+// Package server is lockd's gRPC and HTTP boundary: it authenticates the
+// caller, calls the arbiter and maps its errors to gRPC status codes in one
+// place.
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/operator"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// Server implements lock.v1 LockService and AdminService.
+type Server struct {
+	lockv1.UnsafeLockServiceServer
+	lockv1.UnsafeAdminServiceServer
+
+	arb    *arbiter.Arbiter
+	ids    identity.Extractor
+	log    *slog.Logger
+	health *health.Server
+	// opv, when set, verifies operators' OIDC tokens for the admin calls
+	// that change state; without it operators are SPIFFE identities.
+	opv *operator.Verifier
+}
+
+// RequireOperatorTokens makes force-release and epoch-advance calls carry
+// an OIDC operator token ("authorization: Bearer …"), verified by v. The
+// arbiter must be built with OIDCOperators.
+func (s *Server) RequireOperatorTokens(v *operator.Verifier) { s.opv = v }
+
+// operatorCaller is the identity of an admin call that changes state: the
+// verified OIDC operator ("oidc:<subject>") when tokens are required, the
+// caller's SPIFFE ID otherwise. The mTLS identity is required either way.
+func (s *Server) operatorCaller(ctx context.Context) (string, error) {
+	id, err := s.caller(ctx)
+	if err != nil || s.opv == nil {
+		return id, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	raw := ""
+	if vals := md.Get("authorization"); len(vals) == 1 {
+		raw, _ = strings.CutPrefix(vals[0], "Bearer ")
+	}
+	op, err := s.opv.Verify(ctx, raw)
+	switch {
+	case errors.Is(err, operator.ErrMissingRole), errors.Is(err, operator.ErrNoMFA):
+		return "", status.Error(codes.PermissionDenied, err.Error())
+	case err != nil:
+		return "", status.Error(codes.Unauthenticated, err.Error())
+	}
+	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", id)
+	return op.ID(), nil
+}
+
+// New returns a server for arb. ids says how callers are identified.
+func New(arb *arbiter.Arbiter, ids identity.Extractor, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{arb: arb, ids: ids, log: log, health: health.NewServer()}
+}
+
+// Register adds the lock.v1 services, gRPC health and reflection to g.
+func (s *Server) Register(g *grpc.Server) {
+	lockv1.RegisterLockServiceServer(g, s)
+	lockv1.RegisterAdminServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(lockv1.LockService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Shutdown marks the health service as not serving.
+func (s *Server) Shutdown() { s.health.Shutdown() }
+
+// toStatus maps an error to a gRPC status: the one place domain errors meet
+// gRPC codes. An arbiter error also carries its reason as a
+// google.rpc.ErrorInfo detail (domain lockd.dev), so callers never need to
+// read the message. Messages never contain a token.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err // already a status (from gRPC itself)
+	}
+	return statusWithReason(arbiter.Code(err), arbiter.Reason(err), err.Error())
+}
+
+// statusWithReason is a status error with an ErrorInfo detail when reason
+// is set.
+func statusWithReason(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if reason == "" {
+		return st.Err()
+	}
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: arbiter.ReasonDomain}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+func (s *Server) caller(ctx context.Context) (string, error) {
+	id, err := s.ids.Identity(ctx)
+	if err != nil {
+		return "", status.Error(codes.Unauthenticated, err.Error())
+	}
+	return id.String(), nil
+}
+
+// OpenSession implements lock.v1.
+func (s *Server) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest) (*lockv1.OpenSessionResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetTtl() == nil {
+		return nil, statusWithReason(codes.InvalidArgument, arbiter.ReasonInvalid, "arbiter: invalid argument: ttl: required")
+	}
+	ttl := req.GetTtl().AsDuration()
+	sid, err := s.arb.OpenSession(ctx, id, ttl)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.OpenSessionResponse{SessionId: sid, Ttl: durationpb.New(ttl)}, nil
+}
+
+// CloseSession implements lock.v1.
+func (s *Server) CloseSession(ctx context.Context, req *lockv1.CloseSessionRequest) (*lockv1.CloseSessionResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.arb.CloseSession(ctx, id, req.GetSessionId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.CloseSessionResponse{}, nil
+}
+
+// KeepAlive implements lock.v1: one etcd keepalive per request, answered in
+// order; a session that is gone is answered with TTL zero.
+func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
+	ctx := stream.Context()
+	id, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	ka, err := s.arb.OpenKeepAlive(ctx, id)
+	if err != nil {
+		return toStatus(err)
+	}
+	defer ka.Close()
+	var sendMu sync.Mutex
+	send := func(a arbiter.KeepAliveAnswer) error {
+		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited}
+		for _, r := range a.Removed {
+			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision})
+		}
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(resp)
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			ans, err := ka.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if err := send(ans); err != nil {
+				recvErr <- err
+				return
+			}
+		}
+	}()
+	reqs := make(chan *lockv1.KeepAliveRequest)
+	clientErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				clientErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case err := <-recvErr:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return toStatus(err)
+		case err := <-clientErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			if err := ka.Send(ctx, req.GetSessionId()); err != nil {
+				if errors.Is(err, arbiter.ErrSessionNotFound) {
+					if err := send(ka.Expired(req.GetSessionId())); err != nil {
+						return err
+					}
+					continue
+				}
+				return toStatus(err)
+			}
+		}
+	}
+}
+
+// DescribeClass implements lock.v1. A caller sees classes of namespaces it
+// has grants in; others get the same PermissionDenied as an absent one.
+func (s *Server) DescribeClass(ctx context.Context, req *lockv1.DescribeClassRequest) (*lockv1.DescribeClassResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.arb.DescribeClass(id, req.GetNamespace(), req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.DescribeClassResponse{Class: ClassProto(c)}, nil
+}
+
+// ClassProto converts a class to its wire form.
+func ClassProto(c *class.Class) *lockv1.LockClass {
+	pc := &lockv1.LockClass{
+		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(c.Enforcement),
+		Ttl: durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
+		Fairness: string(c.Fairness), Resource: c.Resource, RiskOwner: c.RiskOwner,
+	}
+	if !c.WaiverExpires.IsZero() {
+		pc.WaiverExpires = timestamppb.New(c.WaiverExpires)
+	}
+	return pc
+}
+
+// ClassStats implements lock.v1.
+func (s *Server) ClassStats(ctx context.Context, _ *lockv1.ClassStatsRequest) (*lockv1.ClassStatsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &lockv1.ClassStatsResponse{}
+	for _, st := range s.arb.Stats(id) {
+		out.Stats = append(out.Stats, &lockv1.ClassStat{Namespace: st.Namespace, Class: st.Class, Grants: st.Grants,
+			GrantLatencyP50: durationpb.New(st.P50), GrantLatencyP99: durationpb.New(st.P99),
+			ExpiriesWithoutRelease: st.ExpiriesWithoutRelease})
+	}
+	return out, nil
+}
+
+// ListClasses implements lock.v1.
+func (s *Server) ListClasses(ctx context.Context, req *lockv1.ListClassesRequest) (*lockv1.ListClassesResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &lockv1.ListClassesResponse{}
+	for _, c := range s.arb.ListClasses(id, req.GetNamespace()) {
+		out.Classes = append(out.Classes, ClassProto(c))
+	}
+	return out, nil
+}
+
+// Acquire implements lock.v1.
+func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lockv1.AcquireResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.arb.Acquire(ctx, arbiter.AcquireRequest{
+		Identity: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
+		Wait: req.GetWait().AsDuration(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.AcquireResponse{
+		Token:      &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
+		AcquiredAt: timestamppb.New(g.AcquiredAt),
+	}, nil
+}
+
+// Release implements lock.v1.
+func (s *Server) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lockv1.ReleaseResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	released, err := s.arb.Release(ctx, id, req.GetSessionId(), req.GetKey(), req.GetToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ReleaseResponse{Released: released}, nil
+}
+
+func holdProto(h arbiter.HoldInfo) *lockv1.Hold {
+	out := &lockv1.Hold{
+		Key: h.Key, Holder: h.Holder, SessionId: h.Session, Class: h.Class,
+		AcquiredAt: timestamppb.New(h.AcquiredAt), Age: durationpb.New(h.Age), Waiters: int32(h.Waiters),
+	}
+	if h.Token != 0 {
+		out.Token = &lockv1.Token{Value: h.Token, Epoch: h.Epoch, Revision: h.Revision}
+	}
+	return out
+}
+
+// Inspect implements lock.v1.
+func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lockv1.InspectResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h, held, err := s.arb.Inspect(ctx, id, req.GetKey())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.InspectResponse{Held: held, Waiters: int32(h.Waiters)}
+	if held {
+		resp.Hold = holdProto(h)
+	}
+	return resp, nil
+}
+
+// ListHolds implements lock.v1.
+func (s *Server) ListHolds(ctx context.Context, req *lockv1.ListHoldsRequest) (*lockv1.ListHoldsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hs, truncated, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.ListHoldsResponse{Truncated: truncated}
+	for _, h := range hs {
+		resp.Holds = append(resp.Holds, holdProto(h))
+	}
+	return resp, nil
+}
+
+// ListSessions implements lock.v1.
+func (s *Server) ListSessions(ctx context.Context, _ *lockv1.ListSessionsRequest) (*lockv1.ListSessionsResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := s.arb.ListSessions(ctx, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &lockv1.ListSessionsResponse{}
+	for _, x := range ss {
+		p := &lockv1.Session{SessionId: x.ID, Identity: x.Identity, Ttl: durationpb.New(x.TTL),
+			Holds: int32(x.Holds), OpenedAt: timestamppb.New(x.OpenedAt), Remaining: durationpb.New(x.Remaining)}
+		if !x.LastKeepAlive.IsZero() {
+			p.LastKeepalive = timestamppb.New(x.LastKeepAlive)
+		}
+		resp.Sessions = append(resp.Sessions, p)
+	}
+	return resp, nil
+}
+
+// EpochStatus implements lock.v1 AdminService.
+func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) (*lockv1.EpochStatusResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	st, err := s.arb.EpochStatus(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.EpochStatusResponse{Epoch: st.Epoch, RecordClusterId: st.RecordClusterID,
+		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision,
+		SealedReason: st.SealedReason, RecordMissing: st.RecordMissing, HighestEpoch: st.Highest}, nil
+}
+
+// AdvanceEpoch implements lock.v1 AdminService: refused, since an advance
+// takes two operators.
+func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest) (*lockv1.AdvanceEpochResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	return nil, statusWithReason(codes.FailedPrecondition, arbiter.ReasonNotOperator,
+		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator")
+}
+
+// RequestEpochAdvance implements lock.v1 AdminService.
+func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpochAdvanceRequest) (*lockv1.RequestEpochAdvanceResponse, error) {
+	id, err := s.operatorCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetFromEpoch(), req.GetToEpoch(), req.GetReason())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.RequestEpochAdvanceResponse{Id: r.ID, FromEpoch: r.From, ToEpoch: r.To, Requester: r.Requester, Reason: r.Reason,
+		ExpiresAt: timestamppb.New(r.ExpiresAt)}, nil
+}
+
+// ApproveEpochAdvance implements lock.v1 AdminService.
+func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpochAdvanceRequest) (*lockv1.ApproveEpochAdvanceResponse, error) {
+	id, err := s.operatorCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	adv, err := s.arb.ApproveEpochAdvance(ctx, id, req.GetId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
+		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id}, nil
+}
+
+// HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the
+// arbiter is sealed or etcd does not answer, and says which.
+func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.arb.Ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// ValidateToken implements lock.v1.
+func (s *Server) ValidateToken(ctx context.Context, req *lockv1.ValidateTokenRequest) (*lockv1.ValidateTokenResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.arb.ValidateToken(ctx, id, req.GetKey(), req.GetToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &lockv1.ValidateTokenResponse{
+		Valid:        c.Valid(),
+		State:        lockv1.TokenState(c.State),
+		Epoch:        c.Epoch,
+		ReadRevision: c.ReadRevision,
+	}, nil
+}

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/pkg/client"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// TestEveryReasonReachesTheClient: each arbiter error leaves the boundary
+// with its code and its reason, and the client turns it back into its
+// sentinel, without reading the message.
+func TestEveryReasonReachesTheClient(t *testing.T) {
+	tests := []struct {
+		err      error
+		sentinel error
+	}{
+		{arbiter.ErrHeld, client.ErrHeld},
+		{fmt.Errorf("%w 42", arbiter.ErrLeak), client.ErrLeak},
+		{fmt.Errorf("%w: the store has no epoch record", arbiter.ErrSealed), client.ErrSealed},
+		{arbiter.ErrEpochGrace, client.ErrEpochGrace},
+		{fmt.Errorf("%w: class t/std has ttl 15s", arbiter.ErrSessionTTL), client.ErrSessionTTL},
+		{arbiter.ErrSessionNotFound, client.ErrSessionNotFound},
+		{arbiter.ErrStaleToken, client.ErrStaleToken},
+		{authz.ErrDenied, client.ErrDenied},
+		{fmt.Errorf("%w: key: must not be empty", arbiter.ErrInvalid), client.ErrInvalid},
+		{fmt.Errorf("%w: etcd", arbiter.ErrUnavailable), client.ErrUnavailable},
+		{fmt.Errorf("%w: 1000 sessions", arbiter.ErrQuota), client.ErrQuota},
+		{arbiter.ErrRateLimited, client.ErrRateLimited},
+		{arbiter.ErrSuperseded, client.ErrSuperseded},
+	}
+	for _, tt := range tests {
+		got := client.Decode(toStatus(tt.err))
+		if !errors.Is(got, tt.sentinel) {
+			t.Errorf("%v: decoded as %v, want %v", tt.err, got, tt.sentinel)
+		}
+		if status.Code(got) != arbiter.Code(tt.err) {
+			t.Errorf("%v: code %s, want %s", tt.err, status.Code(got), arbiter.Code(tt.err))
+		}
+	}
+	definite := map[string]bool{arbiter.ReasonUnavailable: false}
+	for _, r := range arbiter.Reasons() {
+		if _, ok := lockv1.ErrorReason_value["ERROR_REASON_"+r]; !ok {
+			t.Errorf("reason %s is not a lock.v1 ErrorReason", r)
+		}
+		st := statusWithReason(1, r, "msg")
+		if got := client.Reason(st); got != r {
+			t.Errorf("reason %s reads back as %q", r, got)
+		}
+		if want, ok := definite[r]; (ok && client.Definite(st) != want) || (!ok && !client.Definite(st)) {
+			t.Errorf("reason %s: Definite = %v", r, client.Definite(st))
+		}
+	}
+	// Context errors and gRPC's own carry no reason: their outcome is unknown.
+	if client.Definite(toStatus(status.Error(4, "deadline"))) {
+		t.Error("a status without a reason counted as a definite answer")
+	}
+}
