@@ -234,7 +234,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		a.now = time.Now
 	}
 	if a.metrics == nil {
-		a.metrics = NewMetrics(nil)
+		a.metrics = NewMetrics(nil, nil)
 	}
 	a.policy.Store(policy)
 	return a, nil

@@ -1,18 +1,9 @@
 package arbiter
 
-import (
-	"context"
-	"errors"
-	"slices"
+import "errors"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/lockd-dev/lockd/internal/authz"
-)
-
-// Sentinel errors. The gRPC boundary maps each to one status code and one
-// reason (errorTable); messages never carry a token.
+// Sentinel errors. The gRPC boundary (internal/server) maps each to one
+// status code and one wire reason; messages never carry a token.
 var (
 	// ErrSealed: grants are refused until operators advance the epoch: the
 	// store's cluster ID differs from the epoch record's (a restore), the
@@ -22,9 +13,13 @@ var (
 	// ErrUnavailable: etcd did not answer within the request deadline. No
 	// grant is ever made from memory.
 	ErrUnavailable = errors.New("arbiter: store unavailable")
-	// ErrHeld: the key is held by another session and the wait deadline
-	// passed (or no wait was asked for).
-	ErrHeld = errors.New("arbiter: key held by another session; wait deadline passed")
+	// ErrHeld: the key is held by another session and the request asked
+	// not to wait. Nothing was granted.
+	ErrHeld = errors.New("arbiter: key held by another session")
+	// ErrWaitTimeout: the key stayed held by another session for the whole
+	// wait the request asked for; the waiter left the queue and nothing was
+	// granted.
+	ErrWaitTimeout = errors.New("arbiter: key held by another session; wait deadline passed")
 	// ErrEpochGrace: the epoch advanced less than the grace period ago;
 	// grants wait until every holder of the old epoch has been fenced.
 	ErrEpochGrace = errors.New("arbiter: the epoch has just advanced; grants resume once every old holder is fenced (see the grace period in docs/operating.md)")
@@ -72,104 +67,3 @@ var (
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )
-
-// Reasons are the machine-readable reasons lockd puts on the wire
-// (google.rpc.ErrorInfo.Reason, domain ReasonDomain). They are the names of
-// lock.v1's ErrorReason values without the "ERROR_REASON_" prefix.
-const (
-	ReasonDomain = "lockd.dev"
-
-	ReasonHeld            = "HELD"
-	ReasonLeak            = "LEAK"
-	ReasonSealed          = "SEALED"
-	ReasonEpochGrace      = "EPOCH_GRACE"
-	ReasonSessionTTL      = "SESSION_TTL"
-	ReasonSessionNotFound = "SESSION_NOT_FOUND"
-	ReasonStaleToken      = "STALE_TOKEN"
-	ReasonDenied          = "DENIED"
-	ReasonInvalid         = "INVALID"
-	ReasonUnavailable     = "UNAVAILABLE"
-	ReasonQuota           = "QUOTA"
-	ReasonRateLimited     = "RATE_LIMITED"
-	ReasonSuperseded      = "SUPERSEDED"
-	ReasonNotOperator     = "NOT_OPERATOR"
-	ReasonSamePerson      = "SAME_PERSON"
-	ReasonHoldChanged     = "HOLD_CHANGED"
-	ReasonEpochMoved      = "EPOCH_MOVED"
-	ReasonEpochExhausted  = "EPOCH_EXHAUSTED"
-	ReasonNotHeld         = "NOT_HELD"
-	ReasonRequestNotFound = "REQUEST_NOT_FOUND"
-	ReasonInternal        = "INTERNAL"
-)
-
-// errorTable is the one mapping of arbiter errors to gRPC codes and wire
-// reasons; Code and Reason read it, in order.
-var errorTable = []struct {
-	err    error
-	code   codes.Code
-	reason string
-}{
-	{context.Canceled, codes.Canceled, ""}, // the caller's own context: no reason
-	{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
-	{ErrHeld, codes.DeadlineExceeded, ReasonHeld},
-	{ErrInvalid, codes.InvalidArgument, ReasonInvalid},
-	{ErrSealed, codes.FailedPrecondition, ReasonSealed},
-	{ErrStaleToken, codes.FailedPrecondition, ReasonStaleToken},
-	{ErrSessionTTL, codes.FailedPrecondition, ReasonSessionTTL},
-	{ErrHoldChanged, codes.FailedPrecondition, ReasonHoldChanged},
-	{ErrEpochMoved, codes.FailedPrecondition, ReasonEpochMoved},
-	{ErrEpochExhausted, codes.FailedPrecondition, ReasonEpochExhausted},
-	{ErrLeak, codes.AlreadyExists, ReasonLeak},
-	{ErrSessionNotFound, codes.NotFound, ReasonSessionNotFound},
-	{ErrNotHeld, codes.NotFound, ReasonNotHeld},
-	{ErrForceNotFound, codes.NotFound, ReasonRequestNotFound},
-	{ErrEpochRequestNotFound, codes.NotFound, ReasonRequestNotFound},
-	{ErrNotOperator, codes.PermissionDenied, ReasonNotOperator},
-	{ErrSamePerson, codes.PermissionDenied, ReasonSamePerson},
-	{authz.ErrDenied, codes.PermissionDenied, ReasonDenied},
-	{ErrUnavailable, codes.Unavailable, ReasonUnavailable},
-	{ErrEpochGrace, codes.Unavailable, ReasonEpochGrace},
-	{ErrSuperseded, codes.Aborted, ReasonSuperseded},
-	{ErrQuota, codes.ResourceExhausted, ReasonQuota},
-	{ErrRateLimited, codes.ResourceExhausted, ReasonRateLimited},
-	{ErrInternal, codes.Internal, ReasonInternal},
-}
-
-// Code is the gRPC code for an arbiter error; the server boundary uses the
-// same mapping.
-func Code(err error) codes.Code {
-	if err == nil {
-		return codes.OK
-	}
-	for _, e := range errorTable {
-		if errors.Is(err, e.err) {
-			return e.code
-		}
-	}
-	if s, ok := status.FromError(err); ok {
-		return s.Code()
-	}
-	return codes.Internal
-}
-
-// Reason is the wire reason for an arbiter error ("" for context errors and
-// errors that are not the arbiter's).
-func Reason(err error) string {
-	for _, e := range errorTable {
-		if errors.Is(err, e.err) {
-			return e.reason
-		}
-	}
-	return ""
-}
-
-// Reasons lists every reason the arbiter can put on the wire, once each.
-func Reasons() []string {
-	var out []string
-	for _, e := range errorTable {
-		if e.reason != "" && !slices.Contains(out, e.reason) {
-			out = append(out, e.reason)
-		}
-	}
-	return out
-}

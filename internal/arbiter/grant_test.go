@@ -3,6 +3,7 @@ package arbiter_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -201,8 +202,8 @@ func TestLeakIsDistinctFromContention(t *testing.T) {
 		t.Fatalf("same identity, other session: %v; want AlreadyExists leak", err)
 	}
 	_, err = acquire(t.Context(), bob, sb, "t/leak", "std", 0)
-	if status.Code(err) != codes.DeadlineExceeded || strings.Contains(err.Error(), "leak") {
-		t.Fatalf("other identity: %v; want DeadlineExceeded contention", err)
+	if status.Code(err) != codes.Aborted || !errors.Is(client.Decode(err), client.ErrHeld) || errors.Is(client.Decode(err), client.ErrLeak) {
+		t.Fatalf("other identity: %v; want Aborted, reason HELD (contention, not a leak)", err)
 	}
 	if got := metricValue(t, reg, "lockd_leaks_total"); got != 1 {
 		t.Fatalf("lockd_leaks_total = %v, want 1", got)
@@ -378,7 +379,7 @@ func TestWaitDeadlinesRacingHandoffsLeaveNoOrphan(t *testing.T) {
 				wait := time.Duration(1+(i*7+j*3)%20) * time.Millisecond
 				resp, err := acquire(t.Context(), lc, sid, key, "std", wait)
 				if err != nil {
-					if c := status.Code(err); c != codes.DeadlineExceeded {
+					if c := status.Code(err); c != codes.Aborted || !errors.Is(client.Decode(err), client.ErrWaitTimeout) {
 						t.Errorf("worker %d: %v", i, err)
 					}
 					continue

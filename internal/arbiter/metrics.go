@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"google.golang.org/grpc/codes"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,14 +34,27 @@ type Metrics struct {
 	forceReleases          *prometheus.CounterVec
 	epochAdvances          *prometheus.CounterVec
 	tokenValidations       *prometheus.CounterVec
+	code                   func(error) codes.Code
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// code names an outcome for the "code" label: the gRPC code the boundary
+// answers the error with (server.Code), so a metric and the wire agree;
+// nil labels every error Unknown.
+func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if code == nil {
+		code = func(err error) codes.Code {
+			if err == nil {
+				return codes.OK
+			}
+			return codes.Unknown
+		}
+	}
 	m := &Metrics{
+		code: code,
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_grants_total", Help: "Holds granted."}, []string{"namespace", "class"}),
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -104,7 +118,7 @@ func (m *Metrics) setSealed(sealed bool, epoch uint32) {
 }
 
 func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {
-	m.acquires.WithLabelValues(ns, cls, Code(err).String()).Inc()
+	m.acquires.WithLabelValues(ns, cls, m.code(err).String()).Inc()
 	if err == nil {
 		m.grants.WithLabelValues(ns, cls).Inc()
 		m.grantLatency.WithLabelValues(ns, cls).Observe(d.Seconds())
@@ -114,7 +128,7 @@ func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {
 func (m *Metrics) observeValidate(ns string, c TokenCheck, err error) {
 	code := c.State.String()
 	if err != nil {
-		code = Code(err).String()
+		code = m.code(err).String()
 	}
 	m.tokenValidations.WithLabelValues(ns, code).Inc()
 }

@@ -231,7 +231,7 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 		case <-poll.C:
 			poll.Reset(a.jitter())
 		case <-dl.C:
-			return a.giveUp(ctx, req, w, ErrHeld)
+			return a.giveUp(ctx, req, w, ErrWaitTimeout)
 		case <-ctx.Done():
 			return a.giveUp(ctx, req, w, ctx.Err())
 		case <-a.closed:

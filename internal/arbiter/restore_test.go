@@ -2,6 +2,7 @@ package arbiter_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockd-dev/lockd/internal/store"
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -138,8 +140,8 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 	// No grant until every old holder has been fenced: the longest class
 	// TTL (30s, other/cache) plus a second after the advance.
 	advanced := time.Now()
-	if _, err := acquire(t.Context(), alice2, sid2, "t/after", "std", 0); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "epoch has just advanced") {
-		t.Fatalf("grant right after the advance: %v; want Unavailable, epoch has just advanced", err)
+	if _, err := acquire(t.Context(), alice2, sid2, "t/after", "std", 0); status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrEpochGrace) {
+		t.Fatalf("grant right after the advance: %v; want FailedPrecondition, reason EPOCH_GRACE", err)
 	}
 	stopKA := keepRenewing(t, alice2, sid2)
 	first, err := acquire(t.Context(), alice2, sid2, "t/after", "std", time.Minute)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -97,33 +96,6 @@ func (s *Server) Register(g *grpc.Server) {
 // Shutdown marks the health service as not serving.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-// toStatus maps an error to a gRPC status: the one place domain errors meet
-// gRPC codes. An arbiter error also carries its reason as a
-// google.rpc.ErrorInfo detail (domain lockd.dev), so callers never need to
-// read the message. Messages never contain a token.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err // already a status (from gRPC itself)
-	}
-	return statusWithReason(arbiter.Code(err), arbiter.Reason(err), err.Error())
-}
-
-// statusWithReason is a status error with an ErrorInfo detail when reason
-// is set.
-func statusWithReason(code codes.Code, reason, msg string) error {
-	st := status.New(code, msg)
-	if reason == "" {
-		return st.Err()
-	}
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: arbiter.ReasonDomain}); err == nil {
-		st = withInfo
-	}
-	return st.Err()
-}
-
 func (s *Server) caller(ctx context.Context) (string, error) {
 	id, err := s.ids.Identity(ctx)
 	if err != nil {
@@ -139,7 +111,7 @@ func (s *Server) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest
 		return nil, err
 	}
 	if req.GetTtl() == nil {
-		return nil, statusWithReason(codes.InvalidArgument, arbiter.ReasonInvalid, "arbiter: invalid argument: ttl: required")
+		return nil, statusWithReason(codes.InvalidArgument, ReasonInvalid, "arbiter: invalid argument: ttl: required")
 	}
 	ttl := req.GetTtl().AsDuration()
 	sid, err := s.arb.OpenSession(ctx, id, ttl)
@@ -414,7 +386,7 @@ func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest
 	if _, err := s.caller(ctx); err != nil {
 		return nil, err
 	}
-	return nil, statusWithReason(codes.FailedPrecondition, arbiter.ReasonNotOperator,
+	return nil, statusWithReason(codes.FailedPrecondition, ReasonNotOperator,
 		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator")
 }
 

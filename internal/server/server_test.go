@@ -34,18 +34,39 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{fmt.Errorf("%w: 1000 sessions", arbiter.ErrQuota), client.ErrQuota},
 		{arbiter.ErrRateLimited, client.ErrRateLimited},
 		{arbiter.ErrSuperseded, client.ErrSuperseded},
+		{arbiter.ErrWaitTimeout, client.ErrWaitTimeout},
+		{arbiter.ErrWaitTimeout, client.ErrHeld},
+		{arbiter.ErrNotOperator, client.ErrNotOperator},
+		{arbiter.ErrSamePerson, client.ErrSamePerson},
+		{arbiter.ErrHoldChanged, client.ErrHoldChanged},
+		{arbiter.ErrEpochMoved, client.ErrEpochMoved},
+		{fmt.Errorf("%w: at 65535", arbiter.ErrEpochExhausted), client.ErrEpochExhausted},
+		{fmt.Errorf("%w: t/x", arbiter.ErrNotHeld), client.ErrNotHeld},
+		{arbiter.ErrForceNotFound, client.ErrRequestNotFound},
+		{arbiter.ErrEpochRequestNotFound, client.ErrRequestNotFound},
+		{arbiter.ErrInternal, client.ErrInternal},
 	}
+	covered := map[string]bool{}
 	for _, tt := range tests {
+		covered[Reason(tt.err)] = true
 		got := client.Decode(toStatus(tt.err))
 		if !errors.Is(got, tt.sentinel) {
 			t.Errorf("%v: decoded as %v, want %v", tt.err, got, tt.sentinel)
 		}
-		if status.Code(got) != arbiter.Code(tt.err) {
-			t.Errorf("%v: code %s, want %s", tt.err, status.Code(got), arbiter.Code(tt.err))
+		if status.Code(got) != Code(tt.err) {
+			t.Errorf("%v: code %s, want %s", tt.err, status.Code(got), Code(tt.err))
+		}
+		if errors.Is(got, client.ErrHeld) && !errors.Is(tt.err, arbiter.ErrHeld) && !errors.Is(tt.err, arbiter.ErrWaitTimeout) {
+			t.Errorf("%v: decoded as held", tt.err)
 		}
 	}
-	definite := map[string]bool{arbiter.ReasonUnavailable: false}
-	for _, r := range arbiter.Reasons() {
+	for _, r := range Reasons() {
+		if !covered[r] {
+			t.Errorf("reason %s has no case here: give it a client sentinel and a case", r)
+		}
+	}
+	definite := map[string]bool{ReasonUnavailable: false}
+	for _, r := range Reasons() {
 		if _, ok := lockv1.ErrorReason_value["ERROR_REASON_"+r]; !ok {
 			t.Errorf("reason %s is not a lock.v1 ErrorReason", r)
 		}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
@@ -38,9 +39,14 @@ var (
 // matches one of these with errors.Is when lockd gave that reason; it still
 // carries the gRPC status (status.Code works on it).
 var (
-	// ErrHeld: the key is held by another session and the wait ran out:
-	// nothing was granted.
+	// ErrHeld: the key is held by another session: nothing was granted.
+	// It matches both a no-wait refusal and ErrWaitTimeout.
 	ErrHeld = errors.New("client: key held by another session")
+	// ErrWaitTimeout: the key stayed held for the whole wait asked for; the
+	// waiter left lockd's queue and nothing was granted. errors.Is also
+	// matches ErrHeld. (The caller's own context running out is
+	// context.DeadlineExceeded instead: then the outcome is unknown.)
+	ErrWaitTimeout = errors.New("client: key held by another session for the whole wait")
 	// ErrLeak: the key is held by this identity under another session.
 	ErrLeak = errors.New("client: leak: key held by this identity under another session")
 	// ErrSealed: lockd refuses grants until operators advance the epoch.
@@ -67,6 +73,24 @@ var (
 	// ErrSuperseded: a newer Acquire of the same key on the same session
 	// replaced this one.
 	ErrSuperseded = errors.New("client: superseded by a newer acquire of the same key")
+	// ErrNotOperator: the call needs an operator identity.
+	ErrNotOperator = errors.New("client: operator identity required")
+	// ErrSamePerson: a two-person approval was given by the requester.
+	ErrSamePerson = errors.New("client: the approver must be a different operator than the requester")
+	// ErrHoldChanged: the hold changed since the force-release was
+	// requested; nothing was released.
+	ErrHoldChanged = errors.New("client: the hold changed since the request; nothing was released")
+	// ErrEpochMoved: the epoch is not the one the operator stated.
+	ErrEpochMoved = errors.New("client: the epoch is not the expected one")
+	// ErrEpochExhausted: no epoch above the last one is left.
+	ErrEpochExhausted = errors.New("client: epoch exhausted")
+	// ErrNotHeld: a force-release was asked for a key nobody holds.
+	ErrNotHeld = errors.New("client: key is not held")
+	// ErrRequestNotFound: no pending force-release or epoch-advance request
+	// has this id.
+	ErrRequestNotFound = errors.New("client: no pending request with this id")
+	// ErrInternal: lockd found something in its store it cannot interpret.
+	ErrInternal = errors.New("client: lockd internal error")
 )
 
 // reasonDomain is the ErrorInfo domain of lockd's reasons.
@@ -74,20 +98,29 @@ const reasonDomain = "lockd.dev"
 
 // reasons maps lockd's wire reasons (lock.v1 ErrorReason names without the
 // prefix) to the client's sentinels.
-var reasons = map[string]error{
-	"HELD":              ErrHeld,
-	"LEAK":              ErrLeak,
-	"SEALED":            ErrSealed,
-	"EPOCH_GRACE":       ErrEpochGrace,
-	"SESSION_TTL":       ErrSessionTTL,
-	"SESSION_NOT_FOUND": ErrSessionNotFound,
-	"STALE_TOKEN":       ErrStaleToken,
-	"DENIED":            ErrDenied,
-	"INVALID":           ErrInvalid,
-	"UNAVAILABLE":       ErrUnavailable,
-	"QUOTA":             ErrQuota,
-	"RATE_LIMITED":      ErrRateLimited,
-	"SUPERSEDED":        ErrSuperseded,
+var reasons = map[string][]error{
+	"HELD":              {ErrHeld},
+	"WAIT_TIMEOUT":      {ErrWaitTimeout, ErrHeld},
+	"LEAK":              {ErrLeak},
+	"SEALED":            {ErrSealed},
+	"EPOCH_GRACE":       {ErrEpochGrace},
+	"SESSION_TTL":       {ErrSessionTTL},
+	"SESSION_NOT_FOUND": {ErrSessionNotFound},
+	"STALE_TOKEN":       {ErrStaleToken},
+	"DENIED":            {ErrDenied},
+	"INVALID":           {ErrInvalid},
+	"UNAVAILABLE":       {ErrUnavailable},
+	"QUOTA":             {ErrQuota},
+	"RATE_LIMITED":      {ErrRateLimited},
+	"SUPERSEDED":        {ErrSuperseded},
+	"NOT_OPERATOR":      {ErrNotOperator},
+	"SAME_PERSON":       {ErrSamePerson},
+	"HOLD_CHANGED":      {ErrHoldChanged},
+	"EPOCH_MOVED":       {ErrEpochMoved},
+	"EPOCH_EXHAUSTED":   {ErrEpochExhausted},
+	"NOT_HELD":          {ErrNotHeld},
+	"REQUEST_NOT_FOUND": {ErrRequestNotFound},
+	"INTERNAL":          {ErrInternal},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is
@@ -104,10 +137,7 @@ func (e *Error) Error() string { return e.err.Error() }
 
 // Unwrap exposes the reason's sentinel and the status error.
 func (e *Error) Unwrap() []error {
-	if s := reasons[e.Reason]; s != nil {
-		return []error{s, e.err}
-	}
-	return []error{e.err}
+	return append(slices.Clone(reasons[e.Reason]), e.err)
 }
 
 // GRPCStatus is the status lockd answered with.

@@ -229,7 +229,7 @@ func Start(t testing.TB, o Options) *Env {
 	arb, err := arbiter.New(arbiter.Config{
 		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator, Operator2},
 		OIDCOperators:  o.OperatorTokens != nil,
-		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg),
+		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg, server.Code),
 		StateFile: o.StateFile, Bootstrap: arbiter.Bootstrap{FreshStore: e.Backend.Fresh || o.FreshStore},
 		MaxSessionsPerIdentity: o.MaxSessionsPerIdentity, MaxWaitersPerIdentity: o.MaxWaitersPerIdentity,
 	}, arbiter.NewPolicy(set))

@@ -61,7 +61,7 @@ func run(ctx context.Context, opts *Options) (err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := arbiter.NewMetrics(reg)
+	metrics := arbiter.NewMetrics(reg, server.Code)
 
 	// Classes load without the clock: a lapsed advisory waiver is class-lint's
 	// failure to report, not a reason for lockd to stop serving.

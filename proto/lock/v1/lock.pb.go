@@ -33,8 +33,8 @@ type ErrorReason int32
 const (
 	// Not set.
 	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
-	// The key is held by another session and the wait ran out (or none was
-	// asked for): a definite refusal, nothing was granted.
+	// The key is held by another session and the request asked not to wait:
+	// a definite refusal, nothing was granted. gRPC code ABORTED.
 	ErrorReason_ERROR_REASON_HELD ErrorReason = 1
 	// The key is held by the caller's own identity under another session.
 	ErrorReason_ERROR_REASON_LEAK ErrorReason = 2
@@ -76,6 +76,11 @@ const (
 	ErrorReason_ERROR_REASON_REQUEST_NOT_FOUND ErrorReason = 20
 	// lockd found something in the store it cannot interpret.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 21
+	// The key stayed held by another session for the whole wait the request
+	// asked for: a definite refusal, the waiter left the queue and nothing
+	// was granted. gRPC code ABORTED (DEADLINE_EXCEEDED without a reason means
+	// the caller's own deadline ran out and the outcome is unknown).
+	ErrorReason_ERROR_REASON_WAIT_TIMEOUT ErrorReason = 22
 )
 
 // Enum value maps for ErrorReason.
@@ -103,6 +108,7 @@ var (
 		19: "ERROR_REASON_NOT_HELD",
 		20: "ERROR_REASON_REQUEST_NOT_FOUND",
 		21: "ERROR_REASON_INTERNAL",
+		22: "ERROR_REASON_WAIT_TIMEOUT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -127,6 +133,7 @@ var (
 		"ERROR_REASON_NOT_HELD":          19,
 		"ERROR_REASON_REQUEST_NOT_FOUND": 20,
 		"ERROR_REASON_INTERNAL":          21,
+		"ERROR_REASON_WAIT_TIMEOUT":      22,
 	}
 )
 
@@ -3351,7 +3358,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.lock.v1.TokenStateR\x05state\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12#\n" +
-	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\x8b\x05\n" +
+	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\xaa\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -3375,7 +3382,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x1cERROR_REASON_EPOCH_EXHAUSTED\x10\x12\x12\x19\n" +
 	"\x15ERROR_REASON_NOT_HELD\x10\x13\x12\"\n" +
 	"\x1eERROR_REASON_REQUEST_NOT_FOUND\x10\x14\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x10\x15*\x95\x01\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x15\x12\x1d\n" +
+	"\x19ERROR_REASON_WAIT_TIMEOUT\x10\x16*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -21,7 +21,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -30,6 +29,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/bench/internal/result"
 	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -451,7 +451,7 @@ func (r *run) closeAll(ctx context.Context) {
 			_, err := r.client(ref.ident).CloseSession(r.as(ctx, ref.ident), &lockv1.CloseSessionRequest{SessionId: ref.s.id})
 			return err
 		})
-		if err != nil && status.Code(err) != codes.NotFound {
+		if err != nil && !errors.Is(client.Decode(err), client.ErrSessionNotFound) {
 			failed.Add(1)
 			firstErr.CompareAndSwap(nil, describe(err))
 		}
@@ -564,13 +564,26 @@ func retry(ctx context.Context, f func(context.Context) error) error {
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		switch status.Code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
-		default:
+		if !retryable(err) {
 			return err
 		}
 	}
 	return err
+}
+
+// retryable: the outcome is unknown (a timeout, lockd's store did not
+// answer) or lockd refused for now (quota, rate limit, contention).
+func retryable(err error) bool {
+	d := client.Decode(err)
+	if !client.Definite(d) {
+		return true
+	}
+	for _, s := range []error{client.ErrQuota, client.ErrRateLimited, client.ErrSuperseded, client.ErrHeld} {
+		if errors.Is(d, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // describe renders a gRPC error as "Code: message".
