@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 	"github.com/lockd-dev/lockd/pkg/fence"
 )
 
@@ -27,7 +28,7 @@ func IsHolder() bool { return os.Getenv(EnvHolder) == "1" }
 type holderTask struct {
 	// Context is the lockctl context: A uses the kit's identity, in its own
 	// client and session.
-	Context  client.Context `json:"context"`
+	Context  clientconfig.Context `json:"context"`
 	Key      string         `json:"key"`
 	Class    string         `json:"class"`
 	Resource Spec           `json:"resource"`
@@ -101,7 +102,11 @@ func holderMain(stdin io.Reader, stdout io.Writer) int {
 		return fail("%v", err)
 	}
 	defer closeRes()
-	c, err := client.New(client.WithContext(&task.Context))
+	opts, err := task.Context.Options()
+	if err != nil {
+		return fail("pausetest: holder: %v", err)
+	}
+	c, err := client.New(opts...)
 	if err != nil {
 		return fail("pausetest: holder: %v", err)
 	}

@@ -56,6 +56,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 	"github.com/lockd-dev/lockd/pkg/fence"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -76,7 +77,7 @@ const (
 type Config struct {
 	// Context is the lockctl context (lockd's address and the caller's
 	// credentials). Every holder uses it; holder A gets a copy on its stdin.
-	Context *client.Context
+	Context *clientconfig.Context
 	// Key is the key holders A and B take; holder C takes Key + "-2". Both
 	// name records of the resource, which the test writes: use test keys.
 	Key string
@@ -144,7 +145,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		RanAt: cfg.Now().UTC().Truncate(time.Second), Steps: []Step{},
 	}
 
-	c, err := client.New(client.WithContext(cfg.Context))
+	opts, err := cfg.Context.Options()
+	if err != nil {
+		return nil, fmt.Errorf("pausetest: %w", err)
+	}
+	c, err := client.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("pausetest: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
 
@@ -20,7 +20,7 @@ import (
 
 func testConfig(env *lockdtest.Env, key string, spec Spec) Config {
 	return Config{
-		Context: &client.Context{Name: "test", Server: env.Addr, InsecureIdentity: lockdtest.Alice},
+		Context: &clientconfig.Context{Name: "test", Server: env.Addr, InsecureIdentity: lockdtest.Alice},
 		Key:     key, Class: "fast", Resource: spec, SchemaVersion: "7",
 		Now: func() time.Time { return time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC) },
 	}

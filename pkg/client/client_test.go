@@ -5,9 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,36 +199,6 @@ func TestReentrantAcquireCountsLocally(t *testing.T) {
 	rb, _ := env.Backend.Client.Get(t.Context(), "/l/t/share-b")
 	if a == nil || b == nil || ra.Kvs[0].Lease != rb.Kvs[0].Lease {
 		t.Fatal("holds of one TTL are not on one session lease")
-	}
-}
-
-func TestConfigFileContexts(t *testing.T) {
-	env := lockdtest.Start(t, lockdtest.Options{})
-	path := filepath.Join(t.TempDir(), "lockctl.yaml")
-	body := "current-context: a\ncontexts:\n  - name: a\n    server: " + env.Addr + "\n    insecure-identity: " + lockdtest.Alice + "\n"
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(client.WithConfigFile(path, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.Acquire(t.Context(), "t/cfg", "std", func(*client.Lock) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.New(client.WithConfigFile(path, "missing")); err == nil || !strings.Contains(err.Error(), `no context "missing"`) {
-		t.Fatalf("missing context: %v", err)
-	}
-	if err := os.WriteFile(path, []byte("current-context: a\nbogus: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.New(client.WithConfigFile(path, "")); err == nil || !strings.Contains(err.Error(), "bogus") {
-		t.Fatalf("unknown field: %v", err)
 	}
 }
 

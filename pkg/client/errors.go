@@ -31,6 +31,9 @@ var (
 	ErrReleased = errors.New("client: lock released")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("client: closed")
+	// ErrConfig: the client's options cannot dial lockd (no target, no
+	// credentials).
+	ErrConfig = errors.New("client: config")
 	// ErrNoFence: Acquire needs an onFence callback.
 	ErrNoFence = errors.New("client: onFence is required: it is how the holder learns to stop")
 )

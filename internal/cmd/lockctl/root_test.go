@@ -9,6 +9,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // testFactory fails loudly if a command reaches for config or lockd.
@@ -16,7 +17,7 @@ func testFactory(t *testing.T) (*cmdutil.Factory, *iostreams.IOStreams) {
 	ios, _, _, _ := iostreams.Test()
 	f := cmdutil.New()
 	f.IOStreams = ios
-	f.Config = func() (*client.Config, string, error) {
+	f.Config = func() (*clientconfig.Config, string, error) {
 		t.Fatal("unexpected config load")
 		return nil, "", nil
 	}

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 const lockctlHeader = "# lockctl configuration for the lockd development server, written once by lockd.\n" +
@@ -16,7 +16,7 @@ const lockctlHeader = "# lockctl configuration for the lockd development server,
 
 // writeLockctlConfig writes cfg, lockctl's config format, to path unless the file exists. It reports
 // whether it wrote the file.
-func writeLockctlConfig(path string, cfg client.Config) (bool, error) {
+func writeLockctlConfig(path string, cfg clientconfig.Config) (bool, error) {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return false, fmt.Errorf("encode %s: %w", path, err)

@@ -31,7 +31,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/server"
 	"github.com/lockd-dev/lockd/internal/store"
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // Shutdown and start-up bounds.
@@ -174,7 +174,7 @@ func run(ctx context.Context, opts *Options) (err error) {
 	lockctlPath := ""
 	if mode == "embedded" && bundle != nil {
 		lockctlPath = filepath.Join(dataDir, "lockctl.yaml")
-		contexts := []client.Context{{
+		contexts := []clientconfig.Context{{
 			Name:   "dev",
 			Server: dialAddr(grpcLis.Addr()),
 			CA:     bundle.CACert,
@@ -190,7 +190,7 @@ func run(ctx context.Context, opts *Options) (err error) {
 			}
 			contexts = append(contexts, ops...)
 		}
-		wrote, err := writeLockctlConfig(lockctlPath, client.Config{CurrentContext: "dev", Contexts: contexts})
+		wrote, err := writeLockctlConfig(lockctlPath, clientconfig.Config{CurrentContext: "dev", Contexts: contexts})
 		if err != nil {
 			_ = grpcLis.Close()
 			_ = httpLis.Close()
@@ -392,15 +392,15 @@ func operators(opts *Options, logger *slog.Logger) []string {
 
 // devOperatorContexts issues the dev operators' SVIDs into the dev PKI and
 // returns lockctl contexts for them ("dev-op1", "dev-op2").
-func devOperatorContexts(dataDir, server, ca string, now time.Time) ([]client.Context, error) {
-	var out []client.Context
+func devOperatorContexts(dataDir, server, ca string, now time.Time) ([]clientconfig.Context, error) {
+	var out []clientconfig.Context
 	for i, op := range DevOperators {
 		name := fmt.Sprintf("dev-op%d", i+1)
 		cert, key, err := devpki.IssueSVID(filepath.Join(dataDir, "pki"), op, filepath.Join(dataDir, "pki", name), now)
 		if err != nil {
 			return nil, fmt.Errorf("dev operator %s: %w", op, err)
 		}
-		out = append(out, client.Context{Name: name, Server: server, CA: ca, Cert: cert, Key: key})
+		out = append(out, clientconfig.Context{Name: name, Server: server, CA: ca, Cert: cert, Key: key})
 	}
 	return out, nil
 }

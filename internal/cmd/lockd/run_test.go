@@ -20,7 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lockd-dev/lockd/internal/identity"
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // syncBuffer is a bytes.Buffer safe for the logger and the test to share.
@@ -129,7 +129,7 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 	for _, name := range []string{"ca.crt", "ca.key", "server.crt", "server.key", "dev.crt", "dev.key"} {
 		require.FileExists(t, filepath.Join(pki, name))
 	}
-	cfg, err := client.LoadConfig(filepath.Join(dataDir, "lockctl.yaml")) // as lockctl reads it
+	cfg, err := clientconfig.Load(filepath.Join(dataDir, "lockctl.yaml")) // as lockctl reads it
 	require.NoError(t, err)
 	require.Equal(t, "dev", cfg.CurrentContext)
 	// The dev identity, and the two dev operators for two-person approvals.

@@ -13,6 +13,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // Factory builds a command's dependencies on first use, so that --help,
@@ -32,7 +33,7 @@ type Factory struct {
 	// environment with ConfigFlag.
 	ConfigLookup func() ConfigLookup
 	// Config loads the resolved config file and returns it with its path.
-	Config func() (*client.Config, string, error)
+	Config func() (*clientconfig.Config, string, error)
 	// Client dials lockd with the selected context.
 	Client func() (*client.Client, error)
 
@@ -47,11 +48,11 @@ func New() *Factory {
 	f.ConfigLookup = func() ConfigLookup { return SystemConfigLookup(f.ConfigFlag) }
 	var (
 		once sync.Once
-		cfg  *client.Config
+		cfg  *clientconfig.Config
 		path string
 		err  error
 	)
-	f.Config = func() (*client.Config, string, error) {
+	f.Config = func() (*clientconfig.Config, string, error) {
 		once.Do(func() { cfg, path, err = loadConfig(f.ConfigLookup()) })
 		return cfg, path, err
 	}
@@ -67,7 +68,10 @@ func New() *Factory {
 		f.mu.Lock()
 		f.target = cx.Server
 		f.mu.Unlock()
-		opts := []client.Option{client.WithContext(cx)}
+		opts, err := cx.Options()
+		if err != nil {
+			return nil, fmt.Errorf("context %q in %s: %w", cx.Name, path, err)
+		}
 		if tok := Getenv(EnvOperatorToken); tok != "" {
 			opts = append(opts, client.WithOperatorToken(tok))
 		}
@@ -113,19 +117,19 @@ func (f *Factory) ContextNames() []string {
 	return names
 }
 
-func loadConfig(l ConfigLookup) (*client.Config, string, error) {
+func loadConfig(l ConfigLookup) (*clientconfig.Config, string, error) {
 	path, _, err := ResolveConfigPath(l)
 	if err != nil {
 		return nil, "", err
 	}
-	cfg, err := client.LoadConfig(path)
+	cfg, err := clientconfig.Load(path)
 	if err != nil {
 		return nil, path, fmt.Errorf("%w\nfix the file, or point --config / $%s at another one", err, EnvConfig)
 	}
 	return cfg, path, nil
 }
 
-func contextError(cfg *client.Config, path, name string) error {
+func contextError(cfg *clientconfig.Config, path, name string) error {
 	names := make([]string, 0, len(cfg.Contexts))
 	for _, cx := range cfg.Contexts {
 		names = append(names, cx.Name)

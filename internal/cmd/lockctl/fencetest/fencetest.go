@@ -20,7 +20,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/internal/pausetest"
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // ExitFailed is the exit code of a run the resource failed: no result was
@@ -39,7 +39,7 @@ type Options struct {
 	IO      *iostreams.IOStreams
 	Printer func() *printer.Printer
 	// Context returns the lockctl context every holder uses.
-	Context func() (*client.Context, error)
+	Context func() (*clientconfig.Context, error)
 	// Now is the clock for the result's ranAt.
 	Now func() time.Time
 	// Executable is the binary re-executed as the paused holder (this one
@@ -61,7 +61,7 @@ type Options struct {
 // NewCmdFenceTest returns `lockctl fence-test`. runF, when set, replaces the
 // run function (tests).
 func NewCmdFenceTest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
-	opts := &Options{IO: f.IOStreams, Printer: f.Printer, Now: f.Now, Context: func() (*client.Context, error) {
+	opts := &Options{IO: f.IOStreams, Printer: f.Printer, Now: f.Now, Context: func() (*clientconfig.Context, error) {
 		cfg, path, err := f.Config()
 		if err != nil {
 			return nil, err

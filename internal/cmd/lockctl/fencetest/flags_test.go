@@ -11,7 +11,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/pausetest"
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 func TestFlags(t *testing.T) {
@@ -58,7 +58,7 @@ func TestFlags(t *testing.T) {
 			ios, _, _, _ := iostreams.Test()
 			f := cmdutil.New()
 			f.IOStreams = ios
-			f.Config = func() (*client.Config, string, error) {
+			f.Config = func() (*clientconfig.Config, string, error) {
 				t.Fatal("flag parsing must not load the config")
 				return nil, "", nil
 			}

@@ -15,13 +15,13 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
 // Options are `lockctl login`'s inputs.
 type Options struct {
 	IO      *iostreams.IOStreams
-	Config  func() (*client.Config, string, error)
+	Config  func() (*clientconfig.Config, string, error)
 	Context string
 	Timeout time.Duration
 
@@ -120,7 +120,7 @@ func run(ctx context.Context, opts *Options) error {
 			cfg.Contexts[i].OIDCIssuer, cfg.Contexts[i].OIDCClientID, cfg.Contexts[i].OperatorTokenFile = opts.Issuer, opts.ClientID, file
 		}
 	}
-	if err := client.SaveConfig(path, cfg); err != nil {
+	if err := clientconfig.Save(path, cfg); err != nil {
 		return err
 	}
 	expiry := "unknown"

@@ -18,6 +18,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/operator/operatortest"
 	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
 
@@ -44,8 +45,8 @@ func TestLoginDeviceFlowThenOperatorCall(t *testing.T) {
 
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
-	require.NoError(t, client.SaveConfig(config, &client.Config{CurrentContext: "ops",
-		Contexts: []client.Context{{Name: "ops", Server: env.Addr, InsecureIdentity: lockdtest.Bob}}}))
+	require.NoError(t, clientconfig.Save(config, &clientconfig.Config{CurrentContext: "ops",
+		Contexts: []clientconfig.Context{{Name: "ops", Server: env.Addr, InsecureIdentity: lockdtest.Bob}}}))
 
 	// Without a token, lockd refuses and says how to sign in.
 	f, _, _ := factory(t, config)
@@ -63,7 +64,7 @@ func TestLoginDeviceFlowThenOperatorCall(t *testing.T) {
 	require.Contains(t, errOut.String(), "WDJB-MJHT", "the user code is shown")
 	require.Less(t, time.Since(start), 30*time.Second)
 
-	cfg, err := client.LoadConfig(config)
+	cfg, err := clientconfig.Load(config)
 	require.NoError(t, err)
 	cx := cfg.Contexts[0]
 	require.Equal(t, is.URL(), cx.OIDCIssuer)

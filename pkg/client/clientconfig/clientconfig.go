@@ -1,4 +1,11 @@
-package client
+// Package clientconfig reads and writes lockctl's config file — contexts,
+// like kubectl's kubeconfig — and turns a context into pkg/client options.
+// It is separate from pkg/client so a holder that is configured in code does
+// not pull in the YAML parser.
+//
+//	opts, err := clientconfig.FromFile("./.lockd/lockctl.yaml", "")
+//	c, err := client.New(opts...)
+package clientconfig
 
 import (
 	"errors"
@@ -10,12 +17,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/pkg/client"
 )
 
-// ErrConfig reports a missing or malformed lockctl config.
-var ErrConfig = errors.New("client: config")
+// ErrConfig reports a missing or malformed config file or context.
+var ErrConfig = errors.New("clientconfig")
 
-// Config is a lockctl config file: contexts, like kubectl's.
+// Config is a lockctl config file.
 type Config struct {
 	// CurrentContext names the context used when none is given.
 	CurrentContext string `json:"current-context"`
@@ -30,7 +38,8 @@ type Context struct {
 	// Server is host:port of lockd's gRPC listener.
 	Server string `json:"server"`
 	// CA, Cert and Key are PEM files: the CA that signed lockd's serving
-	// certificate, and the caller's X.509 SVID and key.
+	// certificate, and the caller's X.509 SVID and key. Relative paths are
+	// relative to the config file.
 	CA   string `json:"ca,omitempty"`
 	Cert string `json:"cert,omitempty"`
 	Key  string `json:"key,omitempty"`
@@ -46,8 +55,8 @@ type Context struct {
 	OperatorTokenFile string `json:"operator-token-file,omitempty"`
 }
 
-// SaveConfig writes c to path (mode 0600: contexts name credentials).
-func SaveConfig(path string, c *Config) error {
+// Save writes c to path (mode 0600: contexts name credentials).
+func Save(path string, c *Config) error {
 	b, err := yaml.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -58,8 +67,8 @@ func SaveConfig(path string, c *Config) error {
 	return nil
 }
 
-// LoadConfig reads a config file.
-func LoadConfig(path string) (*Config, error) {
+// Load reads a config file. Unknown fields are an error naming them.
+func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -92,46 +101,41 @@ func (c *Config) Context(name string) (*Context, error) {
 	return nil, fmt.Errorf("%w: no context %q (current-context %q)", ErrConfig, name, c.CurrentContext)
 }
 
-// WithContext dials the context's server with its credentials.
-func WithContext(cx *Context) Option {
-	return func(o *options) error {
-		if cx.Server == "" {
-			return fmt.Errorf("%w: context %q: server: required", ErrConfig, cx.Name)
-		}
-		o.target = cx.Server
-		if cx.OperatorTokenFile != "" {
-			b, err := os.ReadFile(cx.OperatorTokenFile)
-			if err != nil {
-				return fmt.Errorf("%w: context %q: operator token: %w (sign in again with `lockctl login`)", ErrConfig, cx.Name, err)
-			}
-			o.opToken = strings.TrimSpace(string(b))
-		}
-		if cx.InsecureIdentity != "" {
-			o.insecureID = cx.InsecureIdentity
-			return nil
-		}
-		tlsCfg, err := identity.ClientTLS(cx.CA, cx.Cert, cx.Key, "")
-		if err != nil {
-			return fmt.Errorf("%w: context %q: %w", ErrConfig, cx.Name, err)
-		}
-		o.tls = tlsCfg
-		return nil
+// Options are the client options that dial the context's server with its
+// credentials (and its operator token, when it has one).
+func (cx *Context) Options() ([]client.Option, error) {
+	if cx.Server == "" {
+		return nil, fmt.Errorf("%w: context %q: server: required", ErrConfig, cx.Name)
 	}
+	opts := []client.Option{client.WithTarget(cx.Server)}
+	if cx.OperatorTokenFile != "" {
+		b, err := os.ReadFile(cx.OperatorTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: context %q: operator token: %w (sign in again with `lockctl login`)", ErrConfig, cx.Name, err)
+		}
+		opts = append(opts, client.WithOperatorToken(strings.TrimSpace(string(b))))
+	}
+	if cx.InsecureIdentity != "" {
+		return append(opts, client.WithInsecureIdentity(cx.InsecureIdentity)), nil
+	}
+	tlsCfg, err := identity.ClientTLS(cx.CA, cx.Cert, cx.Key, "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: context %q: %w", ErrConfig, cx.Name, err)
+	}
+	return append(opts, client.WithTLS(tlsCfg)), nil
 }
 
-// WithConfigFile reads a lockctl config file — for example the
-// <data-dir>/lockctl.yaml that lockd writes with its development
-// credentials — and dials its context name (the current one when empty).
-func WithConfigFile(path, name string) Option {
-	return func(o *options) error {
-		cfg, err := LoadConfig(path)
-		if err != nil {
-			return err
-		}
-		cx, err := cfg.Context(name)
-		if err != nil {
-			return err
-		}
-		return WithContext(cx)(o)
+// FromFile reads a config file — for example the <data-dir>/lockctl.yaml
+// that lockd writes with its development credentials — and returns the
+// options of its context name (the current one when empty).
+func FromFile(path, name string) ([]client.Option, error) {
+	cfg, err := Load(path)
+	if err != nil {
+		return nil, err
 	}
+	cx, err := cfg.Context(name)
+	if err != nil {
+		return nil, err
+	}
+	return cx.Options()
 }
