@@ -29,9 +29,9 @@ type holderTask struct {
 	// Context is the lockctl context: A uses the kit's identity, in its own
 	// client and session.
 	Context  clientconfig.Context `json:"context"`
-	Key      string         `json:"key"`
-	Class    string         `json:"class"`
-	Resource Spec           `json:"resource"`
+	Key      string               `json:"key"`
+	Class    string               `json:"class"`
+	Resource Spec                 `json:"resource"`
 	// Wait bounds A's acquires.
 	Wait time.Duration `json:"wait"`
 	// FirstValue is written under A's first grant, SecondValue under the
