@@ -1,17 +1,20 @@
-// Package lockdtest runs a real lockd for tests: an embedded etcd in a temp
-// dir (or a given backend), the arbiter and the gRPC server on a loopback
-// port in insecure-loopback mode, so tests pick identities per client.
+// Package lockdtest runs a real lockd for tests: the same assembly the
+// lockd binary runs (internal/lockd: arbiter, class watcher, gRPC keepalive
+// policy, HTTP endpoints), on an embedded etcd in a temp dir (or a given
+// backend), on loopback ports in insecure-loopback mode so tests pick an
+// identity per client. Options.Classes loads your own lock classes.
+//
+// Env's Backend, Arbiter and Server fields are lockd's internal types, there
+// for lockd's own tests; outside the module use Addr, Client and Raw.
 package lockdtest
 
 import (
 	"context"
 	"fmt"
-	"github.com/lockd-dev/lockd/internal/operator"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +23,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
-	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/lockd"
+	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/server"
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -123,9 +127,12 @@ func init() {
 }
 
 // WriteClasses writes Classes under dir.
-func WriteClasses(t testing.TB, dir string) {
+func WriteClasses(t testing.TB, dir string) { writeClassFiles(t, dir, Classes) }
+
+// writeClassFiles writes each file (path relative to dir: body) under dir.
+func writeClassFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
-	for name, body := range Classes {
+	for name, body := range files {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -138,6 +145,10 @@ func WriteClasses(t testing.TB, dir string) {
 
 // Options configures Start.
 type Options struct {
+	// Classes are the lock class files to load (path relative to the
+	// classes directory: YAML body); nil loads this package's Classes.
+	// lockd watches the directory (Env.ClassesDir): write to it to reload.
+	Classes map[string]string
 	// Backend to use; nil starts an embedded etcd in a temp dir.
 	Backend *store.Backend
 	// DataDir for the embedded etcd (a temp dir when empty).
@@ -146,7 +157,7 @@ type Options struct {
 	RequestTimeout time.Duration
 	// PollInterval for waiters (default 1s).
 	PollInterval time.Duration
-	// Registry receives the arbiter's metrics (a private one when nil).
+	// Registry receives lockd's metrics (a private one when nil).
 	Registry *prometheus.Registry
 	// Addr is the gRPC listen address (a free loopback port when empty):
 	// set it to restart lockd where clients already point.
@@ -154,7 +165,8 @@ type Options struct {
 	// OperatorTokens, when set, makes force-release and epoch-advance calls
 	// need an OIDC operator token verified by it.
 	OperatorTokens *operator.Verifier
-	// StateFile is the arbiter's state file (none when empty).
+	// StateFile is the arbiter's state file (one in a fresh temp dir when
+	// empty, so a restart remembers nothing unless it is set).
 	StateFile string
 	// FreshStore: Backend is a store nothing was ever written to (an
 	// external connection to a new member): create the first epoch. An
@@ -169,20 +181,22 @@ type Options struct {
 type Env struct {
 	Backend *store.Backend
 	Arbiter *arbiter.Arbiter
-	Addr    string
+	// Addr is the gRPC address; MetricsAddr serves /metrics, /healthz and
+	// /readyz.
+	Addr        string
+	MetricsAddr string
+	// DataDir is the embedded etcd's directory ("" for a given Backend).
 	DataDir string
-	Server  *server.Server
-	g       *grpc.Server
-	stop    sync.Once
+	// ClassesDir is the watched class directory.
+	ClassesDir string
+	Server     *server.Server
+	// Daemon is the assembled lockd.
+	Daemon *lockd.Daemon
 }
 
-// Stop stops the gRPC server and the arbiter (not the backend).
-func (e *Env) Stop() {
-	e.stop.Do(func() {
-		e.g.Stop()
-		e.Arbiter.Close()
-	})
-}
+// Stop stops lockd (not the backend): gRPC, HTTP, the arbiter and the
+// class watcher.
+func (e *Env) Stop() { e.Daemon.Close() }
 
 // StartEmbedded starts an embedded etcd in dir; the caller closes it.
 func StartEmbedded(t testing.TB, dir string) *store.Backend {
@@ -205,16 +219,47 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// Config is the lockd configuration Start runs for o, on backend b, with
+// classes in classesDir and state in dataDir: the binary's defaults, on
+// loopback ports in insecure-loopback mode, with two operators.
+func Config(o Options, b *store.Backend, classesDir, dataDir string) lockd.Config {
+	cfg := lockd.DefaultConfig()
+	cfg.DataDir = dataDir
+	cfg.ClassesDir = classesDir
+	cfg.Listen = o.Addr
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	cfg.MetricsListen = "127.0.0.1:0"
+	cfg.InsecureLoopback = true
+	cfg.Operators = []string{Operator, Operator2}
+	cfg.Backend = b
+	cfg.Registry = o.Registry
+	cfg.OperatorVerifier = o.OperatorTokens
+	cfg.StateFile = o.StateFile
+	cfg.PollInterval = o.PollInterval
+	cfg.ShutdownGrace = time.Millisecond // Stop is a crash, not a drain
+	if o.RequestTimeout != 0 {
+		cfg.RequestTimeout = o.RequestTimeout
+	}
+	if o.MaxSessionsPerIdentity != 0 {
+		cfg.MaxSessionsPerIdentity = o.MaxSessionsPerIdentity
+	}
+	if o.MaxWaitersPerIdentity != 0 {
+		cfg.MaxWaitersPerIdentity = o.MaxWaitersPerIdentity
+	}
+	return cfg
+}
+
 // Start runs lockd for the test; it stops at cleanup.
 func Start(t testing.TB, o Options) *Env {
 	t.Helper()
-	classes := t.TempDir()
-	WriteClasses(t, classes)
-	set, err := class.LoadDir(classes, time.Now())
-	if err != nil {
-		t.Fatal(err)
+	e := &Env{Backend: o.Backend, DataDir: o.DataDir, ClassesDir: t.TempDir()}
+	classes := o.Classes
+	if classes == nil {
+		classes = Classes
 	}
-	e := &Env{Backend: o.Backend, DataDir: o.DataDir}
+	writeClassFiles(t, e.ClassesDir, classes)
 	if e.Backend == nil {
 		if e.DataDir == "" {
 			e.DataDir = t.TempDir()
@@ -222,43 +267,22 @@ func Start(t testing.TB, o Options) *Env {
 		e.Backend = StartEmbedded(t, e.DataDir)
 		t.Cleanup(e.Backend.Close)
 	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
+	b := e.Backend
+	if o.FreshStore && !b.Fresh {
+		fresh := *b
+		fresh.Fresh = true
+		b = &fresh
 	}
-	arb, err := arbiter.New(arbiter.Config{
-		Client: e.Backend.Client, Leases: e.Backend.Leases, Operators: []string{Operator, Operator2},
-		OIDCOperators:  o.OperatorTokens != nil,
-		RequestTimeout: o.RequestTimeout, PollInterval: o.PollInterval, Metrics: arbiter.NewMetrics(reg, server.Code),
-		StateFile: o.StateFile, Bootstrap: arbiter.Bootstrap{FreshStore: e.Backend.Fresh || o.FreshStore},
-		MaxSessionsPerIdentity: o.MaxSessionsPerIdentity, MaxWaitersPerIdentity: o.MaxWaitersPerIdentity,
-	}, arbiter.NewPolicy(set))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := arb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.Arbiter = arb
-	addr := o.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	l, err := net.Listen("tcp", addr)
+	d, err := lockd.New(ctx, Config(o, b, e.ClassesDir, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Addr = l.Addr().String()
-	e.g = grpc.NewServer()
-	e.Server = server.New(arb, identity.Extractor{Insecure: true}, nil)
-	if o.OperatorTokens != nil {
-		e.Server.RequireOperatorTokens(o.OperatorTokens)
-	}
-	e.Server.Register(e.g)
-	go func() { _ = e.g.Serve(l) }()
-	t.Cleanup(e.Stop)
+	d.Serve()
+	t.Cleanup(d.Close)
+	e.Daemon, e.Arbiter, e.Server = d, d.Arbiter(), d.Service()
+	e.Addr, e.MetricsAddr = d.Addr(), d.MetricsAddr()
 	return e
 }
 

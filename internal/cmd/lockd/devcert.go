@@ -34,7 +34,7 @@ any SPIFFE ID in any trust domain: use it for development only.
 		RunE: func(_ *cobra.Command, args []string) error {
 			*started = true
 			caDir := filepath.Join(opts.DataDir, "pki")
-			certPath, keyPath, err := devpki.IssueSVID(caDir, args[0], out, opts.now())
+			certPath, keyPath, err := devpki.IssueSVID(caDir, args[0], out, now(opts))
 			switch {
 			case errors.Is(err, devpki.ErrInvalidSPIFFEID):
 				return &usageError{err: fmt.Errorf("<spiffe-id>: %w", err)}

@@ -22,7 +22,7 @@ func parse(t *testing.T, args []string, env map[string]string) (int, *Options, s
 	runF := func(_ context.Context, o *Options) error {
 		c := *o
 		got = &c
-		return o.validate()
+		return validate(o)
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var stderr bytes.Buffer
@@ -45,7 +45,7 @@ func TestFlagsDefaults(t *testing.T) {
 	require.Equal(t, "json", o.LogFormat)
 	require.Empty(t, o.EtcdEndpoints)
 	require.False(t, o.InsecureLoopback)
-	require.True(t, o.devPKI())
+	require.True(t, o.DevPKI())
 }
 
 func TestFlagsFromEnv(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lockd-dev/lockd/pkg/client"
 )
 
 // Exit codes. They follow sysexits(3) where one fits, so scripts can tell
@@ -64,6 +66,9 @@ func ExitCodeFor(err error) int {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return ExitTimeout
+	}
+	if errors.Is(client.Decode(err), client.ErrHeld) {
+		return ExitTimeout // not granted within --wait (a definite refusal)
 	}
 	st, ok := status.FromError(err)
 	if !ok {

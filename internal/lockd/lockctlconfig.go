@@ -1,4 +1,4 @@
-package lockdcmd
+package lockd
 
 import (
 	"errors"

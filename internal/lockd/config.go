@@ -1,0 +1,302 @@
+package lockd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/operator"
+	"github.com/lockd-dev/lockd/internal/store"
+)
+
+// DevSPIFFEID is the identity of the client SVID the dev PKI writes to
+// <data-dir>/pki/dev.crt.
+const DevSPIFFEID = "spiffe://lockd.local/dev"
+
+// LogLevels and LogFormats are the values --log-level and --log-format
+// accept.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"json", "text"}
+)
+
+// Config is everything a lockd is built from. The lockd command fills it
+// from flags and LOCKD_* environment variables; pkg/lockdtest fills it for
+// tests. Start from DefaultConfig: New rejects a zero Config.
+type Config struct {
+	// DataDir holds the embedded etcd member (etcd/), the dev PKI (pki/)
+	// and lockctl.yaml.
+	DataDir string
+	// Listen is the gRPC address, host:port.
+	Listen string
+	// MetricsListen is the HTTP address for /metrics, /healthz and /readyz.
+	MetricsListen string
+	// ClassesDir is the lock class directory, watched for changes.
+	ClassesDir string
+
+	// EtcdEndpoints selects an external etcd cluster; empty starts the
+	// embedded single-member etcd in DataDir/etcd.
+	EtcdEndpoints []string
+	// EtcdCA, EtcdCert and EtcdKey configure client TLS to the external
+	// cluster; all empty means plaintext.
+	EtcdCA, EtcdCert, EtcdKey string
+	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
+	// (lockd itself talks to it in-process; these are for etcdctl).
+	EtcdClientURL, EtcdPeerURL string
+
+	// TLSCert, TLSKey and TLSClientCA configure server mutual TLS. All
+	// empty (and InsecureLoopback unset) uses the dev PKI in DataDir/pki.
+	TLSCert, TLSKey, TLSClientCA string
+	// InsecureLoopback serves plaintext gRPC on a loopback address and
+	// trusts the identity the client asserts in a header. Tests only.
+	InsecureLoopback bool
+	// DebugPprof serves net/http/pprof on the metrics listener.
+	DebugPprof bool
+	// OIDC operator sign-in: when OIDCIssuer is set, force-release and
+	// epoch-advance calls need an operator access token from it.
+	OIDCIssuer, OIDCAudience, OIDCRolesClaim, OIDCRole, OIDCCA string
+	// OIDCACR are acr values accepted as a second factor besides amr.
+	OIDCACR []string
+
+	// Operators are the SPIFFE IDs allowed to advance the epoch and to see
+	// the tokens of others.
+	Operators []string
+	// RequestTimeout bounds each etcd call.
+	RequestTimeout time.Duration
+	// BootstrapEpochClusterID (hex) lets lockd create epoch 1 on an external
+	// cluster with this ID that has no epoch record, if its data dir records
+	// no epoch. Empty: a store without a record stays sealed until two
+	// operators initialise it.
+	BootstrapEpochClusterID string
+	// MaxSessionsPerIdentity and MaxWaitersPerIdentity are per-identity
+	// quotas on this lockd.
+	MaxSessionsPerIdentity, MaxWaitersPerIdentity int
+	// ValidateRate and ValidateBurst limit ValidateToken calls per identity.
+	ValidateRate  float64
+	ValidateBurst int
+
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string
+	// LogFormat is json or text.
+	LogFormat string
+	// LogOutput receives the logs (one line per event); nil means io.Discard.
+	LogOutput io.Writer
+	// Now is the clock for certificates and class waivers; nil means time.Now.
+	Now func() time.Time
+
+	// Backend, when set, is the store to use instead of opening one from
+	// the Etcd* fields; Close leaves it open (its owner closes it). Its
+	// Fresh field says whether lockd may create the first epoch on it.
+	Backend *store.Backend
+	// StateFile is where lockd remembers the highest (epoch, cluster ID)
+	// it served; empty means <DataDir>/epoch-state.json.
+	StateFile string
+	// PollInterval is how often a waiter re-reads its key besides the
+	// watch (the arbiter's default when zero).
+	PollInterval time.Duration
+	// Registry receives lockd's metrics and is served on /metrics; nil
+	// means a new registry that also has the Go and process collectors.
+	Registry *prometheus.Registry
+	// OperatorVerifier, when set, verifies operator tokens instead of one
+	// built from the OIDC* fields.
+	OperatorVerifier *operator.Verifier
+	// ShutdownGrace bounds how long Close waits for in-flight calls before
+	// it closes the remaining streams; zero means 5s.
+	ShutdownGrace time.Duration
+}
+
+// DefaultConfig returns the defaults of the lockd command's flags.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:                "./.lockd",
+		Listen:                 "127.0.0.1:7420",
+		MetricsListen:          "127.0.0.1:7421",
+		ClassesDir:             "./classes",
+		EtcdClientURL:          "http://127.0.0.1:7422",
+		EtcdPeerURL:            "http://127.0.0.1:7423",
+		RequestTimeout:         5 * time.Second,
+		MaxSessionsPerIdentity: arbiter.DefaultMaxSessionsPerIdentity,
+		MaxWaitersPerIdentity:  arbiter.DefaultMaxWaitersPerIdentity,
+		ValidateRate:           arbiter.DefaultValidateRate,
+		ValidateBurst:          arbiter.DefaultValidateBurst,
+		LogLevel:               "info",
+		LogFormat:              "json",
+	}
+}
+
+func (o *Config) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+// embedded reports whether lockd starts its own etcd.
+func (o *Config) embedded() bool { return o.Backend == nil && len(o.EtcdEndpoints) == 0 }
+
+// DevPKI reports whether the server certificate comes from the dev PKI.
+func (o *Config) DevPKI() bool {
+	return !o.InsecureLoopback && o.TLSCert == "" && o.TLSKey == "" && o.TLSClientCA == ""
+}
+
+// ErrConfig marks a Config that breaks a rule; the message names each
+// field (as its lockd flag) and its rule.
+var ErrConfig = errors.New("lockd: invalid configuration")
+
+// Validate checks every field and returns all violations at once, each
+// naming the flag and the rule. The error wraps ErrConfig.
+func (o *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if o.OIDCIssuer != "" && o.OIDCAudience == "" {
+		add("--oidc-audience: required with --oidc-issuer (the audience lockd's tokens carry)")
+	}
+	if o.OIDCIssuer == "" && (o.OIDCAudience != "" || o.OIDCCA != "" || len(o.OIDCACR) > 0) {
+		add("--oidc-issuer: required by the other --oidc-* flags")
+	}
+	if strings.TrimSpace(o.DataDir) == "" {
+		add("--data-dir: must not be empty")
+	}
+	if strings.TrimSpace(o.ClassesDir) == "" {
+		add("--classes: must not be empty")
+	}
+	if err := checkHostPort(o.Listen); err != nil {
+		add("--listen %q: %v", o.Listen, err)
+	}
+	if err := checkHostPort(o.MetricsListen); err != nil {
+		add("--metrics-listen %q: %v", o.MetricsListen, err)
+	}
+	if o.Listen != "" && o.Listen == o.MetricsListen && !strings.HasSuffix(o.Listen, ":0") {
+		add("--metrics-listen %q: must differ from --listen", o.MetricsListen)
+	}
+
+	switch {
+	case o.Backend != nil:
+		if len(o.EtcdEndpoints) > 0 {
+			add("--etcd-endpoints: cannot be combined with a given store backend")
+		}
+	case o.embedded():
+		if o.EtcdCA != "" || o.EtcdCert != "" || o.EtcdKey != "" {
+			add("--etcd-ca, --etcd-cert, --etcd-key: only apply to an external cluster; set --etcd-endpoints too")
+		}
+		if o.BootstrapEpochClusterID != "" {
+			add("--bootstrap-epoch-cluster-id: only applies to an external cluster (the embedded store creates its first epoch itself)")
+		}
+		clientOK := checkEtcdURL("--etcd-client-url", o.EtcdClientURL, add)
+		peerOK := checkEtcdURL("--etcd-peer-url", o.EtcdPeerURL, add)
+		if clientOK && peerOK && o.EtcdClientURL == o.EtcdPeerURL {
+			add("--etcd-peer-url %q: must differ from --etcd-client-url", o.EtcdPeerURL)
+		}
+	default:
+		for _, ep := range o.EtcdEndpoints {
+			if strings.TrimSpace(ep) == "" {
+				add("--etcd-endpoints: empty entry in %q", strings.Join(o.EtcdEndpoints, ","))
+				break
+			}
+		}
+		if (o.EtcdCert == "") != (o.EtcdKey == "") {
+			add("--etcd-cert, --etcd-key: must be given together")
+		}
+		if o.BootstrapEpochClusterID != "" {
+			if id, err := strconv.ParseUint(o.BootstrapEpochClusterID, 16, 64); err != nil || id == 0 {
+				add("--bootstrap-epoch-cluster-id %q: must be an etcd cluster ID in hex, as etcdctl endpoint status prints it", o.BootstrapEpochClusterID)
+			}
+		}
+	}
+	if o.MaxSessionsPerIdentity < 1 || o.MaxWaitersPerIdentity < 1 {
+		add("--max-sessions-per-identity %d and --max-waiters-per-identity %d: must be at least 1", o.MaxSessionsPerIdentity, o.MaxWaitersPerIdentity)
+	}
+
+	switch {
+	case o.InsecureLoopback:
+		if o.TLSCert != "" || o.TLSKey != "" || o.TLSClientCA != "" {
+			add("--insecure-loopback: cannot be combined with --tls-cert, --tls-key or --tls-client-ca")
+		}
+		if err := identity.CheckLoopback(o.Listen); err != nil {
+			add("--insecure-loopback: --listen must be a loopback address (127.0.0.0/8, ::1 or localhost): %w", err)
+		}
+	case !o.DevPKI():
+		if o.TLSCert == "" || o.TLSKey == "" || o.TLSClientCA == "" {
+			add("--tls-cert, --tls-key, --tls-client-ca: give all three, or none to use the dev PKI in <data-dir>/pki")
+		}
+	}
+
+	for _, op := range o.Operators {
+		if _, err := spiffeid.FromString(op); err != nil {
+			add("--operators %q: not a SPIFFE ID: %v", op, err)
+		}
+	}
+	if o.ValidateRate <= 0 || o.ValidateBurst < 1 {
+		add("--validate-rate %v and --validate-burst %d: must be positive", o.ValidateRate, o.ValidateBurst)
+	}
+	if o.RequestTimeout <= 0 {
+		add("--request-timeout %s: must be positive", o.RequestTimeout)
+	}
+	if !slices.Contains(LogLevels, o.LogLevel) {
+		add("--log-level %q: must be one of %s", o.LogLevel, strings.Join(LogLevels, ", "))
+	}
+	if !slices.Contains(LogFormats, o.LogFormat) {
+		add("--log-format %q: must be one of %s", o.LogFormat, strings.Join(LogFormats, ", "))
+	}
+	if o.ShutdownGrace < 0 {
+		add("shutdown grace %s: must not be negative", o.ShutdownGrace)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return configError{errors.Join(errs...)}
+}
+
+// configError is the violations of a Config: its message is theirs, one
+// per line, and it matches ErrConfig.
+type configError struct{ err error }
+
+func (e configError) Error() string   { return e.err.Error() }
+func (e configError) Unwrap() []error { return []error{ErrConfig, e.err} }
+
+// checkHostPort accepts "host:port" and ":port" with a numeric port.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port: %w", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// checkEtcdURL checks a URL for the embedded member: http, with host:port.
+func checkEtcdURL(flag, raw string, add func(string, ...any)) bool {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		add("%s %q: %v", flag, raw, err)
+	case u.Scheme != "http":
+		add("%s %q: must be an http:// URL (the embedded member does not serve TLS)", flag, raw)
+	case u.Port() == "" || u.Hostname() == "":
+		add("%s %q: must name a host and a port, e.g. http://127.0.0.1:7422", flag, raw)
+	case u.Path != "" && u.Path != "/":
+		add("%s %q: must not have a path", flag, raw)
+	case identity.CheckLoopback(u.Host) != nil:
+		// The embedded member serves plaintext without authentication:
+		// anyone who reaches it could write any key, the epoch record
+		// included.
+		add("%s %q: must be a loopback address (127.0.0.0/8, ::1 or localhost): the embedded etcd has no TLS and no authentication; run an external cluster to reach etcd from elsewhere", flag, raw)
+	default:
+		return true
+	}
+	return false
+}
