@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
@@ -19,7 +20,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/login"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/top"

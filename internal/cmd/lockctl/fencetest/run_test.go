@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/classlint"
 	lockctlcmd "github.com/lockd-dev/lockd/internal/cmd/lockctl"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 	servers "github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
