@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,4 +72,27 @@ func TestPrintError(t *testing.T) {
 	require.Empty(t, w.String(), "a silent exit prints nothing")
 	require.Equal(t, ExitLockLost, Fail(&w, "lockctl", "", &ExitError{Code: ExitLockLost}))
 	require.Empty(t, w.String())
+}
+
+func TestExecuteUsageBeforeRun(t *testing.T) {
+	newRoot := func(runErr error) *cobra.Command {
+		root := &cobra.Command{Use: "x", SilenceErrors: true, SilenceUsage: true}
+		sub := &cobra.Command{Use: "sub", Args: cobra.NoArgs, RunE: func(*cobra.Command, []string) error { return runErr }}
+		sub.Flags().String("need", "", "")
+		_ = sub.MarkFlagRequired("need")
+		root.AddCommand(sub)
+		root.SetOut(&bytes.Buffer{})
+		root.SetErr(&bytes.Buffer{})
+		return root
+	}
+	for _, args := range [][]string{{"nope"}, {"sub", "--bogus"}, {"sub"}, {"sub", "--need", "v", "extra"}} {
+		root := newRoot(nil)
+		root.SetArgs(args)
+		_, err := Execute(context.Background(), root)
+		require.Equal(t, ExitUsage, ExitCode(err), "%v: %v", args, err)
+	}
+	root := newRoot(errors.New("boom"))
+	root.SetArgs([]string{"sub", "--need", "v"})
+	_, err := Execute(context.Background(), root)
+	require.Equal(t, ExitFailure, ExitCode(err), "an error from Run is not a usage error")
 }

@@ -2,8 +2,6 @@
 // streams now live. It exists only because cmdutil/factory.go, which is
 // being changed on another branch, still imports this path: once that file
 // imports internal/cli/iostreams, delete this package.
-//
-// Deprecated: use github.com/lockd-dev/lockd/internal/cli/iostreams.
 package iostreams
 
 import "github.com/lockd-dev/lockd/internal/cli/iostreams"

@@ -2,8 +2,6 @@
 // now lives. It exists only because cmdutil/factory.go, which is being
 // changed on another branch, still imports this path: once that file
 // imports internal/cli/printer, delete this package.
-//
-// Deprecated: use github.com/lockd-dev/lockd/internal/cli/printer.
 package printer
 
 import "github.com/lockd-dev/lockd/internal/cli/printer"
