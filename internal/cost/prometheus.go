@@ -2,7 +2,9 @@ package cost
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -22,6 +24,12 @@ const (
 	// GrantsQuery is the holds granted in the last 24 hours, by class.
 	GrantsQuery = `sum by (namespace, class) (increase(lockd_grants_total[24h]))`
 )
+
+// ErrUnreachable: Prometheus could not be reached or could not answer: the
+// connection was refused, the name did not resolve, the query timed out, or
+// the server answered with a 5xx. Errors wrapping it name the URL; test for
+// it with errors.Is.
+var ErrUnreachable = errors.New("cannot reach Prometheus")
 
 // Prometheus is a [Source] that queries a Prometheus server scraping lockd.
 type Prometheus struct {
@@ -89,6 +97,9 @@ func (p *Prometheus) query(ctx context.Context, q string) (model.Vector, error) 
 	defer cancel()
 	val, _, _, err := p.api.Query(ctx, q, time.Time{}) // zero: the server's now
 	if err != nil {
+		if unreachable(err) {
+			return nil, fmt.Errorf("cost: query Prometheus at %s: %w (check --prometheus and that the server is up): %w", p.url, ErrUnreachable, err)
+		}
 		return nil, fmt.Errorf("cost: query Prometheus at %s: %w (check --prometheus and that the server is up)", p.url, err)
 	}
 	v, ok := val.(model.Vector)
@@ -96,4 +107,18 @@ func (p *Prometheus) query(ctx context.Context, q string) (model.Vector, error) 
 		return nil, fmt.Errorf("cost: query Prometheus at %s: %q returned a %s, want a vector", p.url, q, val.Type())
 	}
 	return v, nil
+}
+
+// unreachable reports whether a query got no usable answer: the transport
+// failed (the HTTP client's *url.Error, a net.Error, the query's deadline)
+// or the API client classed the answer as a server error or a timeout. It
+// reads error types, never their text.
+func unreachable(err error) bool {
+	var ae *v1.Error
+	if errors.As(err, &ae) {
+		return ae.Type == v1.ErrServer || ae.Type == v1.ErrTimeout
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
 }

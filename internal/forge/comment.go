@@ -62,12 +62,12 @@ func (c *Client) Upsert(ctx context.Context, pr PR, marker, body string) (Result
 	}
 	me, resp, err := api.GetMyUserInfo()
 	if err != nil {
-		return Result{}, apiError("look up the token's user", resp, err)
+		return Result{}, c.apiError("look up the token's user", resp, err)
 	}
 	// Gitea answers a comment list of a missing issue with a 500: ask for
 	// the pull request first, for a 404 that says what is wrong.
 	if _, resp, err := api.GetPullRequest(pr.Owner, pr.Repo, pr.Index); err != nil {
-		return Result{}, apiError("get pull request "+pr.String(), resp, err)
+		return Result{}, c.apiError("get pull request "+pr.String(), resp, err)
 	}
 	old, err := c.find(api, pr, me.ID, marker)
 	if err != nil {
@@ -77,7 +77,7 @@ func (c *Client) Upsert(ctx context.Context, pr PR, marker, body string) (Result
 	case old == nil:
 		cm, resp, err := api.CreateIssueComment(pr.Owner, pr.Repo, pr.Index, gitea.CreateIssueCommentOption{Body: full})
 		if err != nil {
-			return Result{}, apiError("comment on "+pr.String(), resp, err)
+			return Result{}, c.apiError("comment on "+pr.String(), resp, err)
 		}
 		return Result{Action: Created, CommentID: cm.ID, URL: cm.HTMLURL}, nil
 	case sameBody(old.Body, full):
@@ -85,7 +85,7 @@ func (c *Client) Upsert(ctx context.Context, pr PR, marker, body string) (Result
 	default:
 		cm, resp, err := api.EditIssueComment(pr.Owner, pr.Repo, old.ID, gitea.EditIssueCommentOption{Body: full})
 		if err != nil {
-			return Result{}, apiError(fmt.Sprintf("edit comment %d on %s", old.ID, pr), resp, err)
+			return Result{}, c.apiError(fmt.Sprintf("edit comment %d on %s", old.ID, pr), resp, err)
 		}
 		return Result{Action: Edited, CommentID: cm.ID, URL: cm.HTMLURL}, nil
 	}
@@ -102,7 +102,7 @@ func (c *Client) find(api *gitea.Client, pr PR, userID int64, marker string) (*g
 		opts := gitea.ListIssueCommentOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: c.cfg.PageSize}}
 		comments, resp, err := api.ListIssueComments(pr.Owner, pr.Repo, pr.Index, opts)
 		if err != nil {
-			return nil, apiError(fmt.Sprintf("list comments on %s (page %d)", pr, page), resp, err)
+			return nil, c.apiError(fmt.Sprintf("list comments on %s (page %d)", pr, page), resp, err)
 		}
 		fresh := 0
 		for _, cm := range comments {

@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"code.gitea.io/sdk/gitea"
@@ -103,9 +105,19 @@ func (c *Client) api(ctx context.Context) (*gitea.Client, error) {
 	return api, nil
 }
 
+// ErrUnreachable: Gitea could not be reached or could not answer: the
+// connection was refused, the name did not resolve, the request timed out,
+// or Gitea answered with a 5xx. Errors wrapping it name the URL; test for
+// it with errors.Is.
+var ErrUnreachable = errors.New("cannot reach Gitea")
+
 // apiError wraps an error from the SDK with what was being done and, for the
-// status codes that have one, what to do about it.
-func apiError(what string, resp *gitea.Response, err error) error {
+// status codes that have one, what to do about it. A failure to reach Gitea
+// wraps ErrUnreachable.
+func (c *Client) apiError(what string, resp *gitea.Response, err error) error {
+	if unreachable(resp, err) {
+		return fmt.Errorf("forge: %s: %w at %s (check --gitea-url and that Gitea is up): %w", what, ErrUnreachable, c.cfg.URL, err)
+	}
 	hint := ""
 	if resp != nil {
 		switch resp.StatusCode {
@@ -118,4 +130,17 @@ func apiError(what string, resp *gitea.Response, err error) error {
 		}
 	}
 	return fmt.Errorf("forge: %s%s: %w", what, hint, err)
+}
+
+// unreachable reports whether a request got no usable answer: a 5xx, or no
+// response at all because the transport failed (the HTTP client's
+// *url.Error, or a net.Error). It reads types and status codes, never
+// error text.
+func unreachable(resp *gitea.Response, err error) bool {
+	if resp != nil && resp.Response != nil {
+		return resp.StatusCode >= 500
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne)
 }

@@ -49,7 +49,7 @@ func (c *Client) SetStatus(ctx context.Context, pr PR, st Status) (string, error
 	}
 	p, resp, err := api.GetPullRequest(pr.Owner, pr.Repo, pr.Index)
 	if err != nil {
-		return "", apiError("get pull request "+pr.String(), resp, err)
+		return "", c.apiError("get pull request "+pr.String(), resp, err)
 	}
 	if p.Head == nil || p.Head.Sha == "" {
 		return "", fmt.Errorf("forge: pull request %s has no head commit: check it is a pull request, not an issue", pr)
@@ -61,7 +61,7 @@ func (c *Client) SetStatus(ctx context.Context, pr PR, st Status) (string, error
 		TargetURL:   st.TargetURL,
 	})
 	if err != nil {
-		return "", apiError(fmt.Sprintf("set status %s on %s (commit %s)", st.Context, pr, p.Head.Sha), resp, err)
+		return "", c.apiError(fmt.Sprintf("set status %s on %s (commit %s)", st.Context, pr, p.Head.Sha), resp, err)
 	}
 	return p.Head.Sha, nil
 }

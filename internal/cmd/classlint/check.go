@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/cli"
 )
 
 // CheckOptions are the options of class-lint check.
@@ -36,7 +37,8 @@ per namespace folder. Each problem is printed as
 
   file:line: rule-id: Kind namespace/name: field: message
 
-Exit status: 0 no violations (warnings allowed), 1 violations, 2 usage error.
+Exit status: 0 no violations (warnings allowed), 1 violations, 2 usage error
+or a directory that cannot be read.
 docs/class-lint.md lists the rules.`,
 		Example: `  class-lint check
   class-lint check ./classes -o json | jq '.problems[] | select(.rule == "ttl-range")'
@@ -46,10 +48,7 @@ docs/class-lint.md lists the rules.`,
 			if len(opts.Dirs) == 0 {
 				opts.Dirs = []string{"classes"}
 			}
-			if code := checkRun(opts); code != ExitOK {
-				return exitError{code}
-			}
-			return nil
+			return checkRun(opts)
 		},
 	}
 	f := cmd.Flags()
@@ -58,17 +57,18 @@ docs/class-lint.md lists the rules.`,
 	return cmd
 }
 
-func checkRun(opts CheckOptions) int {
+// checkRun checks the directories and prints the report on opts.Out. Its
+// error says why the check could not be made; violations are a silent
+// ExitViolations, the report having said what they are.
+func checkRun(opts CheckOptions) error {
 	switch opts.Output {
 	case "text", "json", "markdown":
 	default:
-		fmt.Fprintf(opts.Out, "class-lint: -o must be text, json or markdown, got %q\n", opts.Output)
-		return ExitUsage
+		return cli.Usagef("-o must be text, json or markdown, got %q", opts.Output)
 	}
 	rep, err := runCheck(opts.Dirs, opts.Now())
 	if err != nil {
-		fmt.Fprintln(opts.Out, "class-lint:", err)
-		return ExitUsage
+		return cli.Exit(ExitUsage, err)
 	}
 	switch opts.Output {
 	case "json":
@@ -81,9 +81,9 @@ func checkRun(opts CheckOptions) int {
 		rep.Text(opts.Out)
 	}
 	if rep.Violations > 0 {
-		return ExitViolations
+		return &cli.ExitError{Code: ExitViolations, Silent: true}
 	}
-	return ExitOK
+	return nil
 }
 
 // checkReport is the result of check over one or more class directories.

@@ -6,29 +6,31 @@
 package classlint
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cost"
+	"github.com/lockd-dev/lockd/internal/forge"
 )
 
-// Exit codes.
+// Exit codes: internal/cli's table, the one lockd and lockctl use.
 const (
 	// ExitOK means no violations (warnings may have been printed).
-	ExitOK = 0
+	ExitOK = cli.ExitOK
 	// ExitViolations means at least one rule was broken.
-	ExitViolations = 1
+	ExitViolations = cli.ExitFindings
 	// ExitUsage means the command line or its inputs could not be used.
-	ExitUsage = 2
+	ExitUsage = cli.ExitUsage
+	// ExitUnavailable means Prometheus or Gitea could not be reached.
+	ExitUnavailable = cli.ExitUnavailable
 )
 
-// exitError carries an exit code out of a subcommand; its message, if any,
-// has already been printed.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
-
-// Main runs class-lint with args and returns the exit code.
+// Main runs class-lint with args and returns the exit code. Results go to
+// stdout; every error goes to stderr as "class-lint: …".
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := &cobra.Command{
 		Use:   "class-lint",
@@ -36,7 +38,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Long: `class-lint reviews LockClass and LockGrant definitions: the rules lockd applies
 when it loads them, plus the review rules (pause-test results for fenced classes,
 waiver expiry, overlapping grants, CODEOWNERS), the renewal cost of a change
-priced from Prometheus, and the pull-request comment that carries both.`,
+priced from Prometheus, and the pull-request comment that carries both.
+
+Exit status: 0 success, 1 violations, 2 usage error or an input that cannot be
+used, 69 Prometheus or Gitea unreachable. docs/class-lint.md has the table.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -50,12 +55,29 @@ priced from Prometheus, and the pull-request comment that carries both.`,
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		if e, ok := err.(exitError); ok {
-			return e.code
-		}
-		fmt.Fprintln(stderr, "class-lint:", err)
-		return ExitUsage
+	cmd, err := cli.Execute(context.Background(), root)
+	if err == nil {
+		return ExitOK
 	}
-	return ExitOK
+	cmdPath := ""
+	if cmd != nil {
+		cmdPath = cmd.CommandPath()
+	}
+	return cli.Fail(stderr, "class-lint", cmdPath, classify(err))
+}
+
+// classify gives an error from a subcommand its exit code: ExitUnavailable
+// when Prometheus or Gitea could not be reached (by the packages' sentinel
+// errors), ExitUsage for any other error without a code of its own.
+func classify(err error) error {
+	var ee *cli.ExitError
+	var ue *cli.UsageError
+	switch {
+	case errors.As(err, &ee), errors.As(err, &ue):
+		return err
+	case errors.Is(err, cost.ErrUnreachable), errors.Is(err, forge.ErrUnreachable):
+		return cli.Exit(ExitUnavailable, err)
+	default:
+		return cli.Exit(ExitUsage, err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/forge"
 )
 
@@ -58,17 +59,15 @@ The Gitea access token comes from the ` + tokenEnv + ` environment variable; it 
 write:issue, write:repository and read:user scopes.
 
 Exit status: 0 when the rules pass, 1 when they fail (after posting), 2 on a
-usage error or when Gitea cannot be reached.`,
+usage error or when Gitea refuses the request, 69 when Gitea or Prometheus
+cannot be reached (refused, no such host, timed out or a 5xx).`,
 		Example: `  GITEA_TOKEN=… class-lint comment --gitea-url https://gitea.example.com \
       --repo platform/lock-classes --pr 42 --base origin/main`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Token = os.Getenv(tokenEnv)
 			opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-			if code := commentRun(cmd.Context(), opts); code != ExitOK {
-				return exitError{code}
-			}
-			return nil
+			return commentRun(cmd.Context(), opts)
 		},
 	}
 	f := cmd.Flags()
@@ -84,39 +83,35 @@ usage error or when Gitea cannot be reached.`,
 }
 
 // commentRun reviews opts.Dir, posts the review on the pull request and
-// sets the commit status; it returns the exit code.
-func commentRun(ctx context.Context, opts CommentOptions) int {
+// sets the commit status. Failed rules are a silent ExitViolations (the
+// review says what they are); an unreachable Gitea or Prometheus exits 69
+// and any other error 2 (Main's classify).
+func commentRun(ctx context.Context, opts CommentOptions) error {
 	if opts.Token == "" {
-		fmt.Fprintf(opts.ErrOut, "class-lint comment: set %s to a Gitea access token with the write:issue, write:repository and read:user scopes\n", tokenEnv)
-		return ExitUsage
+		return cli.Usagef("set %s to a Gitea access token with the write:issue, write:repository and read:user scopes", tokenEnv)
 	}
 	if opts.GiteaURL == "" {
-		fmt.Fprintln(opts.ErrOut, "class-lint comment: --gitea-url is required, such as --gitea-url https://gitea.example.com")
-		return ExitUsage
+		return cli.Usagef("--gitea-url is required, such as --gitea-url https://gitea.example.com")
 	}
 	pr, err := forge.ParsePR(opts.Repo, opts.PR)
 	if err != nil {
-		fmt.Fprintf(opts.ErrOut, "class-lint comment: %v: pass --repo owner/name and --pr N\n", err)
-		return ExitUsage
+		return cli.Usagef("%v: pass --repo owner/name and --pr N", err)
 	}
 	client, err := forge.New(forge.Config{URL: opts.GiteaURL, Token: opts.Token, HTTPClient: opts.HTTPClient})
 	if err != nil {
-		fmt.Fprintln(opts.ErrOut, "class-lint comment:", err)
-		return ExitUsage
+		return cli.Usage(err)
 	}
 
 	body, failed, err := review(ctx, reviewOptions{
 		Dir: opts.Dir, Base: opts.Base, PrometheusURL: opts.PrometheusURL, Now: opts.Now,
 	})
 	if err != nil {
-		fmt.Fprintln(opts.ErrOut, "class-lint comment:", err)
-		return ExitUsage
+		return err
 	}
 
 	res, err := client.Upsert(ctx, pr, commentMarker, body)
 	if err != nil {
-		fmt.Fprintln(opts.ErrOut, "class-lint comment:", err)
-		return ExitUsage
+		return err
 	}
 	st := forge.Status{Context: statusContext, State: forge.Success, Description: "class rules pass", TargetURL: opts.TargetURL}
 	if failed {
@@ -126,12 +121,11 @@ func commentRun(ctx context.Context, opts CommentOptions) int {
 		st.TargetURL = res.URL
 	}
 	if _, err := client.SetStatus(ctx, pr, st); err != nil {
-		fmt.Fprintln(opts.ErrOut, "class-lint comment:", err)
-		return ExitUsage
+		return err
 	}
 	fmt.Fprintf(opts.Out, "%s: review %s: %s\n", pr, res.Action, res.URL)
 	if failed {
-		return ExitViolations
+		return &cli.ExitError{Code: ExitViolations, Silent: true}
 	}
-	return ExitOK
+	return nil
 }

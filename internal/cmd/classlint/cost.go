@@ -2,11 +2,11 @@ package classlint
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cost"
 )
 
@@ -44,7 +44,8 @@ lockd_sessions (by the namespace of the identity); a namespace Prometheus has no
 data for is priced at zero and named in the output. Classes that break a rule
 (a lapsed waiver, fairness durable) are priced all the same.
 
-Exit status: 0 priced, 2 usage error, git error or Prometheus unreachable.`,
+Exit status: 0 priced, 2 usage error or git error, 69 Prometheus unreachable
+(refused, no such host, timed out or a 5xx).`,
 		Example: `  class-lint cost --prometheus http://prometheus:9090
   class-lint cost --prometheus http://prometheus:9090 --base origin/release-1.2 -o markdown
   class-lint cost --prometheus http://prometheus:9090 -o json | jq '.changes[] | {class, after}'`,
@@ -65,16 +66,16 @@ Exit status: 0 priced, 2 usage error, git error or Prometheus unreachable.`,
 	return cmd
 }
 
-// costRun prices the changes and prints them. Its errors are usage errors
-// (exit 2).
+// costRun prices the changes and prints them. Its errors exit 2 (Main's
+// classify), except an unreachable Prometheus (69).
 func costRun(ctx context.Context, opts CostOptions) error {
 	switch opts.Output {
 	case "text", "json", "markdown":
 	default:
-		return fmt.Errorf("-o must be text, json or markdown, got %q", opts.Output)
+		return cli.Usagef("-o must be text, json or markdown, got %q", opts.Output)
 	}
 	if opts.Prometheus == "" {
-		return fmt.Errorf("--prometheus is required: the URL of the Prometheus server that scrapes lockd, e.g. http://prometheus:9090")
+		return cli.Usagef("--prometheus is required: the URL of the Prometheus server that scrapes lockd, e.g. http://prometheus:9090")
 	}
 	rep, err := cost.Compare(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base, Prometheus: opts.Prometheus})
 	if err != nil {

@@ -263,7 +263,6 @@ func TestCostUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"Prometheus unreachable", []string{"cost", "--prometheus", down, "--dir", dir}, "query Prometheus at " + down},
 		{"no --prometheus", []string{"cost", "--dir", dir}, "--prometheus is required"},
 		{"not a URL", []string{"cost", "--prometheus", "prometheus:9090", "--dir", dir}, "want an http(s) URL"},
 		{"bad output", []string{"cost", "--prometheus", down, "--dir", dir, "-o", "yaml"}, "-o must be text, json or markdown"},
@@ -280,6 +279,18 @@ func TestCostUsageErrors(t *testing.T) {
 	}
 }
 
+// TestCostUnreachablePrometheus: an unreachable Prometheus is not a usage
+// error but an unavailable dependency (69), said on stderr only.
+func TestCostUnreachablePrometheus(t *testing.T) {
+	dir := classRepo(t)
+	down := "http://" + lockdtest.FreeAddr(t) // nothing listens there
+	var out, errOut bytes.Buffer
+	code := Main([]string{"cost", "--prometheus", down, "--dir", dir}, &out, &errOut)
+	require.Equal(t, ExitUnavailable, code, "stdout %q stderr %q", out.String(), errOut.String())
+	require.Contains(t, errOut.String(), "query Prometheus at "+down)
+	require.Empty(t, out.String())
+}
+
 func TestCostUnreachablePrometheusWithoutChanges(t *testing.T) {
 	r := gittest.New(t)
 	r.Write("classes/t/classes.yaml", fencedClass("t", "std", "15s"))
@@ -287,6 +298,6 @@ func TestCostUnreachablePrometheusWithoutChanges(t *testing.T) {
 	down := "http://" + lockdtest.FreeAddr(t)
 	var out, errOut bytes.Buffer
 	code := Main([]string{"cost", "--prometheus", down, "--dir", filepath.Join(r.Dir, "classes")}, &out, &errOut)
-	require.Equal(t, ExitUsage, code, "a wrong URL shows before the first class change; stdout %q", out.String())
+	require.Equal(t, ExitUnavailable, code, "a wrong URL shows before the first class change; stdout %q", out.String())
 	require.Contains(t, errOut.String(), "query Prometheus at "+down)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cost"
 	"github.com/lockd-dev/lockd/internal/riskregister"
 )
@@ -44,7 +45,8 @@ one with a lapsed waiver, are listed all the same. The most urgent come first.
 With --prometheus it adds the holds granted in the last 24 hours
 (increase of lockd_grants_total).
 
-Exit status: 0 listed, 2 usage error or Prometheus unreachable.`,
+Exit status: 0 listed, 2 usage error or a directory that cannot be read, 69
+Prometheus unreachable (refused, no such host, timed out or a 5xx).`,
 		Example: `  class-lint register
   class-lint register ./classes --prometheus http://prometheus:9090 -o markdown
   class-lint register -o csv > register.csv`,
@@ -65,13 +67,13 @@ Exit status: 0 listed, 2 usage error or Prometheus unreachable.`,
 	return cmd
 }
 
-// registerRun builds the register and prints it. Its errors are usage
-// errors (exit 2).
+// registerRun builds the register and prints it. Its errors exit 2 (Main's
+// classify), except an unreachable Prometheus (69).
 func registerRun(ctx context.Context, opts RegisterOptions) error {
 	switch opts.Output {
 	case "table", "markdown", "csv", "json":
 	default:
-		return fmt.Errorf("-o must be table, markdown, csv or json, got %q", opts.Output)
+		return cli.Usagef("-o must be table, markdown, csv or json, got %q", opts.Output)
 	}
 	reg, err := riskregister.Load(opts.Dir, opts.Now())
 	if err != nil {

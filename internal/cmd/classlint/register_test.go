@@ -53,8 +53,16 @@ func TestRegisterFormats(t *testing.T) {
 	}
 }
 
-func TestRegisterUsageErrors(t *testing.T) {
+func TestRegisterUnreachablePrometheus(t *testing.T) {
 	down := "http://" + lockdtest.FreeAddr(t)
+	var out, errOut bytes.Buffer
+	code := Main([]string{"register", registerClasses, "--prometheus", down}, &out, &errOut)
+	require.Equal(t, ExitUnavailable, code, "stdout %q stderr %q", out.String(), errOut.String())
+	require.Contains(t, errOut.String(), "query Prometheus at "+down)
+	require.Empty(t, out.String())
+}
+
+func TestRegisterUsageErrors(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
@@ -63,7 +71,6 @@ func TestRegisterUsageErrors(t *testing.T) {
 		{"bad output", []string{"register", registerClasses, "-o", "yaml"}, "-o must be table, markdown, csv or json"},
 		{"bad --now", []string{"register", registerClasses, "--now", "2026-03-01"}, `"--now" flag: must be an RFC 3339 time`},
 		{"no such directory", []string{"register", "testdata/does-not-exist"}, "does-not-exist"},
-		{"Prometheus unreachable", []string{"register", registerClasses, "--prometheus", down}, "query Prometheus at " + down},
 		{"too many args", []string{"register", "a", "b"}, "accepts at most 1 arg"},
 	}
 	for _, tt := range tests {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockd-dev/lockd/internal/admission"
+	"github.com/lockd-dev/lockd/internal/cli"
 )
 
 // Webhook paths.
@@ -72,12 +72,12 @@ or the address cannot be listened on.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.CertFile == "" || opts.KeyFile == "" {
-				return errors.New("--tls-cert and --tls-key are required: the API server calls webhooks over HTTPS only")
+				return cli.Usagef("--tls-cert and --tls-key are required: the API server calls webhooks over HTTPS only")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if code := webhookRun(ctx, opts); code != ExitOK {
-				return exitError{code}
+				return &cli.ExitError{Code: code, Silent: true} // logged
 			}
 			return nil
 		},

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
@@ -19,7 +21,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/login"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/top"
@@ -35,54 +36,46 @@ func Main() int {
 	return Run(cmdutil.New(), os.Args[1:])
 }
 
-// Run executes lockctl with args and returns the exit code.
+// Run executes lockctl with args and returns the exit code. Errors go to
+// stderr as "lockctl: …", a gRPC status described with what to do about it.
 func Run(f *cmdutil.Factory, args []string) int {
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
 	root.SetIn(f.IOStreams.In)
 	root.SetOut(f.IOStreams.Out)
 	root.SetErr(f.IOStreams.ErrOut)
-	cmd, err := root.ExecuteContextC(context.Background())
+	cmd, err := cli.Execute(context.Background(), root)
 	if err == nil {
-		return cmdutil.ExitOK
-	}
-	if isUsage(err) {
-		err = &cmdutil.FlagError{Err: err}
+		return cli.ExitOK
 	}
 	code := cmdutil.ExitCodeFor(err)
-	var ee *cmdutil.ExitError
-	if errors.As(err, &ee) && (ee.Silent || ee.Err == nil) {
-		return code
+	var ee *cli.ExitError
+	if !errors.As(err, &ee) {
+		err = &described{err: err, msg: cmdutil.Describe(err, f.Target())}
 	}
-	msg := err.Error()
-	if ee == nil {
-		msg = cmdutil.Describe(err, f.Target())
+	cmdPath := ""
+	if cmd != nil {
+		cmdPath = cmd.CommandPath()
 	}
-	fmt.Fprintf(f.IOStreams.ErrOut, "lockctl: %s\n", msg)
-	var fe *cmdutil.FlagError
-	if errors.As(err, &fe) && cmd != nil {
-		fmt.Fprintf(f.IOStreams.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
-	}
+	cli.PrintError(f.IOStreams.ErrOut, "lockctl", cmdPath, err)
 	return code
 }
 
-// isUsage recognises cobra's own usage errors, which are plain errors.
-func isUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command ", "unknown flag", "unknown shorthand flag", "required flag", "flag needs an argument", "invalid argument "} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
+// described is err shown as msg: its message with what to do about it.
+type described struct {
+	err error
+	msg string
 }
+
+func (d *described) Error() string { return d.msg }
+func (d *described) Unwrap() error { return d.err }
 
 // NewCmdRoot returns the lockctl command tree.
 func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	var envOutputErr error
 	if v := cmdutil.Getenv(cmdutil.EnvOutput); v != "" {
 		if err := f.Output.Set(v); err != nil {
-			envOutputErr = cmdutil.FlagErrorf("$%s=%q: %v", cmdutil.EnvOutput, v, err)
+			envOutputErr = cli.Usagef("$%s=%q: %v", cmdutil.EnvOutput, v, err)
 		}
 	}
 	if f.ContextName == "" {
@@ -104,6 +97,11 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 			tab-separated with RFC 3339 times when piped), -o json or -o yaml
 			(stable field names; tokens and session IDs are decimal strings).
 			$%[5]s sets the default.
+
+			Exit status: 0 success, 1 failure, 2 usage error, 69 lockd or its
+			store unavailable or lockd sealed, 75 timed out (not granted within
+			--wait), 77 permission denied, 79 lock lost, 80 leaked hold; lockctl
+			lock passes on its command's own code. docs/lockctl.md has the table.
 		`, cmdutil.EnvConfig, cmdutil.UserConfigPath, cmdutil.DevConfigPath, cmdutil.EnvContext, cmdutil.EnvOutput),
 		Example: cmdutil.Example(`
 			$ lockctl lock demo/x --class demo -- sh -c 'echo "token $LOCK_TOKEN"'
@@ -124,7 +122,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cmdutil.FlagError{Err: err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cli.UsageError{Err: err} })
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&f.ConfigFlag, "config", "", fmt.Sprintf("config file (env %s; default ~/%s, then ./%s)", cmdutil.EnvConfig, cmdutil.UserConfigPath, cmdutil.DevConfigPath))

@@ -6,8 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
@@ -38,7 +39,7 @@ func TestBadOutputIsUsageError(t *testing.T) {
 		cmd := NewCmdRoot(f)
 		cmd.SetArgs(args)
 		_, err := cmd.ExecuteC()
-		var fe *cmdutil.FlagError
+		var fe *cli.UsageError
 		require.True(t, errors.As(err, &fe), "%v: want a usage error, got %v", args, err)
 		require.Contains(t, err.Error(), "--output")
 		require.Contains(t, err.Error(), "table, json, yaml")
@@ -52,14 +53,14 @@ func TestRunExitCodes(t *testing.T) {
 		want    int
 		wantErr string
 	}{
-		{"bad output", []string{"sessions", "-o", "xml"}, cmdutil.ExitUsage, `invalid argument "xml" for "-o, --output" flag: must be one of table, json, yaml`},
-		{"unknown command", []string{"frobnicate"}, cmdutil.ExitUsage, `unknown command "frobnicate"`},
-		{"unknown epoch command", []string{"epoch", "rewind"}, cmdutil.ExitUsage, `unknown command "rewind"`},
-		{"unknown flag", []string{"sessions", "--bogus"}, cmdutil.ExitUsage, "unknown flag: --bogus"},
-		{"lock without class", []string{"lock", "demo/x", "--", "true"}, cmdutil.ExitUsage, "--class is required"},
-		{"lock without command", []string{"lock", "demo/x", "--class", "demo"}, cmdutil.ExitUsage, "missing -- before the command"},
-		{"inspect without key", []string{"inspect"}, cmdutil.ExitUsage, "missing <key | prefix/>"},
-		{"help", []string{"--help"}, cmdutil.ExitOK, ""},
+		{"bad output", []string{"sessions", "-o", "xml"}, cli.ExitUsage, `invalid argument "xml" for "-o, --output" flag: must be one of table, json, yaml`},
+		{"unknown command", []string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
+		{"unknown epoch command", []string{"epoch", "rewind"}, cli.ExitUsage, `unknown command "rewind"`},
+		{"unknown flag", []string{"sessions", "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
+		{"lock without class", []string{"lock", "demo/x", "--", "true"}, cli.ExitUsage, "--class is required"},
+		{"lock without command", []string{"lock", "demo/x", "--class", "demo"}, cli.ExitUsage, "missing -- before the command"},
+		{"inspect without key", []string{"inspect"}, cli.ExitUsage, "missing <key | prefix/>"},
+		{"help", []string{"--help"}, cli.ExitOK, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,7 +79,7 @@ func TestRunExitCodes(t *testing.T) {
 func TestOutputFromEnv(t *testing.T) {
 	t.Setenv(cmdutil.EnvOutput, "xml")
 	f, ios := testFactory(t)
-	require.Equal(t, cmdutil.ExitUsage, Run(f, []string{"sessions"}))
+	require.Equal(t, cli.ExitUsage, Run(f, []string{"sessions"}))
 	require.Contains(t, ios.ErrOut.(interface{ String() string }).String(), "$LOCKCTL_OUTPUT")
 
 	t.Setenv(cmdutil.EnvOutput, "yaml")
@@ -101,7 +102,7 @@ func TestEveryCommandHasExamples(t *testing.T) {
 
 func TestCompletionBash(t *testing.T) {
 	f, ios := testFactory(t)
-	require.Equal(t, cmdutil.ExitOK, Run(f, []string{"completion", "bash"}))
+	require.Equal(t, cli.ExitOK, Run(f, []string{"completion", "bash"}))
 	out := ios.Out.(interface{ String() string }).String()
 	require.Contains(t, out, "bash completion V2 for lockctl")
 	require.Contains(t, out, "__start_lockctl")

@@ -11,7 +11,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/devpki"
 )
 
-func newDevCertCmd(opts *Options, stdout io.Writer, started *bool) *cobra.Command {
+func newDevCertCmd(opts *Options, stdout io.Writer) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "dev-cert <spiffe-id> --out DIR",
@@ -24,7 +24,10 @@ and svid.key in DIR are replaced. The certificate is valid for one year.
 Start lockd once (with the same --data-dir) to create the CA. The dev CA signs
 any SPIFFE ID in any trust domain: use it for development only.
 
---data-dir may also be set with LOCKD_DATA_DIR; --out is a flag only.`,
+--data-dir may also be set with LOCKD_DATA_DIR; --out is a flag only.
+
+Exit status: 0 issued, 1 no development CA or the files cannot be written,
+2 usage error (such as an invalid <spiffe-id>).`,
 		Example: `  # A certificate for a payments worker, using the CA in ./.lockd/pki
   lockd dev-cert spiffe://lockd.local/payments/worker --out ./worker-svid
 
@@ -32,7 +35,6 @@ any SPIFFE ID in any trust domain: use it for development only.
   lockd dev-cert spiffe://lockd.local/ops/oncall --data-dir /var/lib/lockd --out ./oncall`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(_ *cobra.Command, args []string) error {
-			*started = true
 			caDir := filepath.Join(opts.DataDir, "pki")
 			certPath, keyPath, err := devpki.IssueSVID(caDir, args[0], out, now(opts))
 			switch {

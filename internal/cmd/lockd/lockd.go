@@ -16,16 +16,23 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/cli"
 )
 
-// Exit codes returned by Main.
+// Exit codes returned by Main: internal/cli's table, the one lockctl and
+// class-lint use.
 const (
 	// ExitOK means lockd ran and stopped cleanly.
-	ExitOK = 0
+	ExitOK = cli.ExitOK
 	// ExitError means lockd failed at start-up or while serving.
-	ExitError = 1
+	ExitError = cli.ExitFailure
 	// ExitUsage means the command line or a LOCKD_* variable is wrong.
-	ExitUsage = 2
+	ExitUsage = cli.ExitUsage
+	// ExitUnavailable means a service lockd needs at start-up (etcd, the
+	// OIDC issuer) could not be reached or did not answer in time.
+	ExitUnavailable = cli.ExitUnavailable
 )
 
 // envPrefix prefixes the environment form of every root flag.
@@ -50,24 +57,39 @@ func Main() int {
 type runFunc func(ctx context.Context, opts *Options) error
 
 // execute runs the command line args and maps the outcome to an exit code.
+// Errors go to stderr as "lockd: …".
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer,
 	lookupEnv func(string) (string, bool), runF runFunc) int {
-	started := false
-	root := newRootCmd(stdout, stderr, lookupEnv, runF, &started)
+	root := newRootCmd(stdout, stderr, lookupEnv, runF)
 	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := cli.Execute(ctx, root)
 	if err == nil {
 		return ExitOK
 	}
-	var ue *usageError
-	if errors.As(err, &ue) || !started {
-		// Errors before a RunE started come from cobra's own parsing:
-		// unknown flags or commands, missing required flags.
-		fmt.Fprintf(stderr, "lockd: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
-		return ExitUsage
+	cmdPath := ""
+	if cmd != nil {
+		cmdPath = cmd.CommandPath()
 	}
-	fmt.Fprintf(stderr, "lockd: %v\n", err)
-	return ExitError
+	return cli.Fail(stderr, "lockd", cmdPath, classify(err))
+}
+
+// classify gives an error from lockd its exit code: ExitUsage for a
+// mistake in the command line or environment (cli.Execute has marked
+// cobra's own), ExitUnavailable when a service lockd needs could not be
+// reached (by error type: a failed dial or DNS lookup, an HTTP request
+// without an answer, the store unavailable, a start-up deadline), and
+// ExitError for anything else.
+func classify(err error) error {
+	var ue *usageError
+	var cu *cli.UsageError
+	switch {
+	case errors.As(err, &ue), errors.As(err, &cu):
+		return cli.Usage(err)
+	case cli.Unreachable(err), errors.Is(err, arbiter.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return cli.Exit(ExitUnavailable, err)
+	default:
+		return cli.Exit(ExitError, err)
+	}
 }
 
 // EnvName returns the environment variable for a flag: LOCKD_ and the flag
@@ -76,7 +98,7 @@ func EnvName(flag string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool), runF runFunc, started *bool) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool), runF runFunc) *cobra.Command {
 	opts := DefaultOptions()
 	opts.LogOutput = stderr
 
@@ -103,7 +125,11 @@ A flag given on the command line wins over the variable. List flags take a
 comma-separated value.
 
 /metrics, /healthz and /readyz are served over plain HTTP on --metrics-listen.
-SIGINT or SIGTERM stops lockd gracefully.`,
+SIGINT or SIGTERM stops lockd gracefully.
+
+Exit status: 0 stopped cleanly, 1 failed at start-up or while serving, 2 usage
+error (a flag, argument or LOCKD_* variable), 69 etcd or the OIDC issuer could
+not be reached at start-up. docs/operating.md has the table.`,
 		Example: `  # Development: embedded etcd, dev PKI and ./classes, state in ./.lockd
   lockd
 
@@ -134,7 +160,6 @@ SIGINT or SIGTERM stops lockd gracefully.`,
 					return usagef("--%s: configures the embedded etcd and cannot be combined with --etcd-endpoints", name)
 				}
 			}
-			*started = true
 			return runF(cmd.Context(), &opts)
 		},
 	}
@@ -188,7 +213,7 @@ SIGINT or SIGTERM stops lockd gracefully.`,
 	_ = cmd.MarkFlagDirname("classes")
 	_ = cmd.MarkPersistentFlagDirname("data-dir")
 
-	cmd.AddCommand(newDevCertCmd(&opts, stdout, started))
+	cmd.AddCommand(newDevCertCmd(&opts, stdout))
 	return cmd
 }
 

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/devpki"
 )
 
@@ -109,6 +114,46 @@ func TestExitCodes(t *testing.T) {
 			require.Contains(t, stderr, tt.wantStderr)
 		})
 	}
+
+	// What run can fail with, by kind: the exit code comes from the error's
+	// type, never its text.
+	_, dialErr := net.Dial("tcp", freePorts(t, 1)[0])
+	require.Error(t, dialErr)
+	_, bindErr := net.Listen("tcp", "203.0.113.1:7420") // not an address of this machine
+	require.Error(t, bindErr)
+	for _, tt := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"etcd refused", fmt.Errorf("start arbiter: %w", dialErr), ExitUnavailable},
+		{"store unavailable", fmt.Errorf("start arbiter: %w", arbiter.ErrUnavailable), ExitUnavailable},
+		{"start-up deadline", fmt.Errorf("start arbiter: %w", context.DeadlineExceeded), ExitUnavailable},
+		{"OIDC issuer refused", fmt.Errorf("operator: OIDC discovery at http://kc: %w", &url.Error{Op: "Get", URL: "http://kc", Err: dialErr}), ExitUnavailable},
+		{"cannot listen", fmt.Errorf("--listen: %w", bindErr), ExitError},
+		{"invalid options", &usageError{err: errors.New("--listen: bad")}, ExitUsage},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := execute(t.Context(), nil, &stdout, &stderr, noEnv, func(context.Context, *Options) error { return tt.err })
+			require.Equal(t, tt.want, code, stderr.String())
+			require.True(t, strings.HasPrefix(stderr.String(), "lockd: "), "stderr %q", stderr.String())
+			require.Empty(t, stdout.String(), "errors go to stderr only")
+		})
+	}
+
+	t.Run("OIDC issuer unreachable at start-up", func(t *testing.T) {
+		ports := freePorts(t, 5)
+		dataDir := t.TempDir()
+		args := []string{"--data-dir", dataDir, "--classes", "../../../classes", "--insecure-loopback",
+			"--listen", ports[0], "--metrics-listen", ports[1],
+			"--etcd-client-url", "http://" + ports[2], "--etcd-peer-url", "http://" + ports[3],
+			"--oidc-issuer", "http://" + ports[4] + "/realms/ops", "--oidc-audience", "lockd", "--log-level", "error"}
+		var stderr bytes.Buffer
+		code := execute(t.Context(), args, &bytes.Buffer{}, &stderr, noEnv, run)
+		require.Equal(t, ExitUnavailable, code, stderr.String())
+		require.Contains(t, stderr.String(), "lockd: operator: OIDC discovery at http://"+ports[4])
+	})
 
 	t.Run("run error", func(t *testing.T) {
 		var stderr bytes.Buffer

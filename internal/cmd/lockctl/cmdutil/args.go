@@ -2,6 +2,8 @@ package cmdutil
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/lockd-dev/lockd/internal/cli"
 )
 
 // ExactArgs is cobra.ExactArgs returning a usage error that names what is
@@ -10,9 +12,9 @@ func ExactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		switch {
 		case len(args) < n:
-			return FlagErrorf("%s: missing %s", cmd.CommandPath(), what)
+			return cli.Usagef("%s: missing %s", cmd.CommandPath(), what)
 		case len(args) > n:
-			return FlagErrorf("%s: unexpected argument %q (takes %s)", cmd.CommandPath(), args[n], what)
+			return cli.Usagef("%s: unexpected argument %q (takes %s)", cmd.CommandPath(), args[n], what)
 		}
 		return nil
 	}
@@ -21,7 +23,7 @@ func ExactArgs(n int, what string) cobra.PositionalArgs {
 // NoArgs refuses positional arguments with a usage error.
 func NoArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return FlagErrorf("%s: unexpected argument %q", cmd.CommandPath(), args[0])
+		return cli.Usagef("%s: unexpected argument %q", cmd.CommandPath(), args[0])
 	}
 	return nil
 }

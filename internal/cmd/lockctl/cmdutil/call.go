@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/pkg/client"
 )
 
@@ -43,7 +44,7 @@ func CallConfirmed(ctx context.Context, dial func() (*client.Client, error), tim
 // "refusing to …".
 func RequireYes(stdinTTY, yes bool, what string) error {
 	if !yes && !stdinTTY {
-		return FlagErrorf("refusing to %s without --yes: stdin is not a terminal, so lockctl cannot ask", what)
+		return cli.Usagef("refusing to %s without --yes: stdin is not a terminal, so lockctl cannot ask", what)
 	}
 	return nil
 }

@@ -9,24 +9,17 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/pkg/client"
 )
-
-// FlagError is a usage error: bad flags or arguments. It exits 2.
-type FlagError struct{ Err error }
-
-func (e *FlagError) Error() string { return e.Err.Error() }
-func (e *FlagError) Unwrap() error { return e.Err }
-
-// FlagErrorf returns a usage error.
-func FlagErrorf(format string, args ...any) error {
-	return &FlagError{Err: fmt.Errorf(format, args...)}
-}
 
 // ErrCancel reports that the user declined a confirmation.
 var ErrCancel = errors.New("cancelled")
 
 // Describe renders err for a human: a gRPC status becomes its message
-// (not "rpc error: code = … desc = …") followed by what to do about it.
+// (not "rpc error: code = … desc = …") followed by what to do about it,
+// chosen by the reason lockd gave (or, without one, the gRPC code).
 // Messages from lockd never contain a token.
 func Describe(err error, target string) string {
 	st, ok := status.FromError(err)
@@ -34,35 +27,53 @@ func Describe(err error, target string) string {
 		return err.Error()
 	}
 	msg := st.Message()
-	var hint string
-	switch st.Code() {
-	case codes.Unavailable:
-		if target != "" {
-			hint = fmt.Sprintf("lockd at %s is unreachable or its store is down: check that lockd is running and ready (/readyz)", target)
-		} else {
-			hint = "lockd is unreachable or its store is down: check that lockd is running and ready (/readyz)"
-		}
-	case codes.FailedPrecondition:
-		if strings.Contains(msg, "sealed") {
-			hint = "the store was restored: two operators must run `lockctl epoch status`, then `lockctl epoch advance request` and `approve`"
-		}
-	case codes.PermissionDenied:
-		if strings.Contains(msg, "different operator") {
-			hint = "two people: a second operator must approve (lockctl --context <theirs> force-release approve <id>)"
-		} else if strings.Contains(msg, "operator") {
-			hint = "this needs an operator identity: use a context whose certificate is an operator's (--context)"
-		} else {
-			hint = "your identity has no grant for this key or class: check the LockGrant for its namespace"
-		}
-	case codes.Unauthenticated:
-		hint = "lockd did not accept your credentials: check the context's cert and key (lockctl --context)"
-	case codes.DeadlineExceeded:
-		hint = "not granted in time: raise --wait, or `lockctl inspect <key>` to see who holds it"
-	}
+	hint := hintFor(client.Decode(err), target)
 	if hint == "" {
 		return msg
 	}
 	return msg + "\n" + hint
+}
+
+// hintFor says what to do about an RPC error that client.Decode has
+// wrapped ("" when there is nothing to add).
+func hintFor(err error, target string) string {
+	unreachable := "lockd is unreachable or its store is down: check that lockd is running and ready (/readyz)"
+	if target != "" {
+		unreachable = fmt.Sprintf("lockd at %s is unreachable or its store is down: check that lockd is running and ready (/readyz)", target)
+	}
+	held := "not granted in time: raise --wait, or `lockctl inspect <key>` to see who holds it"
+	switch {
+	case errors.Is(err, client.ErrSealed):
+		return "the store was restored: two operators must run `lockctl epoch status`, then `lockctl epoch advance request` and `approve`"
+	case errors.Is(err, client.ErrEpochGrace):
+		return "grants resume once every holder of the old epoch is fenced: retry shortly"
+	case errors.Is(err, client.ErrUnavailable):
+		return unreachable
+	case errors.Is(err, client.ErrHeld):
+		return held
+	case errors.Is(err, client.ErrLeak):
+		return "this identity already holds the key under another session (a leaked hold, not contention): `lockctl inspect <key>` shows the session"
+	case errors.Is(err, client.ErrDenied):
+		return "your identity has no grant for this key or class: check the LockGrant for its namespace"
+	}
+	switch client.Reason(err) {
+	case reasonSamePerson:
+		return "two people: a second operator must approve (lockctl --context <theirs> force-release approve <id>)"
+	case reasonNotOperator:
+		return "this needs an operator identity: use a context whose certificate is an operator's (--context)"
+	case "":
+		switch status.Code(err) {
+		case codes.Unavailable:
+			return unreachable
+		case codes.PermissionDenied:
+			return "lockd refused your identity: check the LockGrant for the key's namespace or, for an operator command, that your operator token has the role and a multi-factor sign-in (lockctl login)"
+		case codes.Unauthenticated:
+			return "lockd did not accept your credentials: check the context's cert and key (lockctl --context)"
+		case codes.DeadlineExceeded:
+			return held
+		}
+	}
+	return ""
 }
 
 // ConfirmYes asks "Type "yes" to <action>:" on the error stream and reads
@@ -72,7 +83,7 @@ func ConfirmYes(in io.Reader, w io.Writer, action, notDone string) error {
 	fmt.Fprintf(w, "Type \"yes\" to %s: ", action)
 	line, _ := bufio.NewReader(in).ReadString('\n')
 	if strings.TrimSpace(line) != "yes" {
-		return &ExitError{Code: ExitFailure, Err: fmt.Errorf("%w: %s", ErrCancel, notDone)}
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("%w: %s", ErrCancel, notDone)}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package epoch
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch/advance"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch/status"
@@ -29,7 +30,7 @@ func NewCmdEpoch(f *cmdutil.Factory) *cobra.Command {
 		`),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return cmdutil.FlagErrorf("unknown command %q for %q", args[0], cmd.CommandPath())
+				return cli.Usagef("unknown command %q for %q", args[0], cmd.CommandPath())
 			}
 			return cmd.Help()
 		},

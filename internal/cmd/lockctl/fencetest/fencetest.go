@@ -16,9 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
@@ -183,19 +184,19 @@ func (o *Options) validate() error {
 	cmds := o.Write != "" || o.Read != "" || o.Check != ""
 	switch {
 	case o.Class == "":
-		return cmdutil.FlagErrorf("--class is required: the lock class to test (see classes/<namespace>/)")
+		return cli.Usagef("--class is required: the lock class to test (see classes/<namespace>/)")
 	case o.Key == "":
-		return cmdutil.FlagErrorf("--key is required: a test key of the class; the test writes its record and that of <key>-2")
+		return cli.Usagef("--key is required: a test key of the class; the test writes its record and that of <key>-2")
 	case o.Resource != "" && cmds:
-		return cmdutil.FlagErrorf("--resource and --write/--read/--check exclude each other: test a reference fence by URL, or your own write path by commands")
+		return cli.Usagef("--resource and --write/--read/--check exclude each other: test a reference fence by URL, or your own write path by commands")
 	case o.Resource == "" && !cmds:
-		return cmdutil.FlagErrorf("no resource: give --resource <url> (postgres://…, s3://…) or --write and --read commands")
+		return cli.Usagef("no resource: give --resource <url> (postgres://…, s3://…) or --write and --read commands")
 	case o.Resource == "" && o.Write == "":
-		return cmdutil.FlagErrorf("--write is required with --read and --check: the guarded write under test")
+		return cli.Usagef("--write is required with --read and --check: the guarded write under test")
 	case o.Resource == "" && o.Read == "":
-		return cmdutil.FlagErrorf("--read is required with --write: the test reads the record back")
+		return cli.Usagef("--read is required with --write: the test reads the record back")
 	case o.Margin < 0:
-		return cmdutil.FlagErrorf("--margin must not be negative")
+		return cli.Usagef("--margin must not be negative")
 	}
 	return nil
 }
@@ -222,7 +223,7 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 		if errors.Is(err, context.Canceled) {
 			code = exitInterrupted
 		}
-		return &cmdutil.ExitError{Code: code, Err: errors.New(cmdutil.Describe(err, cx.Server))}
+		return &cli.ExitError{Code: code, Err: errors.New(cmdutil.Describe(err, cx.Server))}
 	}
 	view := &ReportView{Report: *rep}
 	path := opts.Out
@@ -247,7 +248,7 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 	case writeErr != nil:
 		return fmt.Errorf("the test passed, but the result could not be written: %w", writeErr)
 	case !rep.Passed():
-		return &cmdutil.ExitError{Code: ExitFailed, Silent: true}
+		return &cli.ExitError{Code: ExitFailed, Silent: true}
 	}
 	return nil
 }

@@ -7,9 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
@@ -69,7 +70,7 @@ func TestFlags(t *testing.T) {
 			cmd.SetErr(ios.ErrOut)
 			err := cmd.Execute()
 			if tt.wantErr != "" {
-				var fe *cmdutil.FlagError
+				var fe *cli.UsageError
 				require.True(t, errors.As(err, &fe), "want a usage error, got %v", err)
 				require.ErrorContains(t, err, tt.wantErr)
 				return

@@ -16,11 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/classlint"
 	lockctlcmd "github.com/lockd-dev/lockd/internal/cmd/lockctl"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 	servers "github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -299,10 +300,10 @@ func TestFenceTestExitCodes(t *testing.T) {
 		want           int
 		msg            string
 	}{
-		{"no grant", env.Addr, lockdtest.Carol, args, cmdutil.ExitNoPerm, "holder C cannot lock t/x-2"},
-		{"no such class", env.Addr, lockdtest.Alice, append(args[:2:2], "nope", "--key", "t/x", "--write", "true", "--read", "true"), cmdutil.ExitFailure, "pausetest: class t/nope"},
-		{"lockd unreachable", lockdtest.FreeAddr(t), lockdtest.Alice, args, cmdutil.ExitUnavailable, "unreachable"},
-		{"usage", env.Addr, lockdtest.Alice, args[:5], cmdutil.ExitUsage, "no resource"},
+		{"no grant", env.Addr, lockdtest.Carol, args, cli.ExitNoPerm, "holder C cannot lock t/x-2"},
+		{"no such class", env.Addr, lockdtest.Alice, append(args[:2:2], "nope", "--key", "t/x", "--write", "true", "--read", "true"), cli.ExitFailure, "pausetest: class t/nope"},
+		{"lockd unreachable", lockdtest.FreeAddr(t), lockdtest.Alice, args, cli.ExitUnavailable, "unreachable"},
+		{"usage", env.Addr, lockdtest.Alice, args[:5], cli.ExitUsage, "no resource"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

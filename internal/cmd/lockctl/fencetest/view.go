@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 )
 

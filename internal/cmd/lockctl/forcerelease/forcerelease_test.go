@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )

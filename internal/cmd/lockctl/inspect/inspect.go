@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -57,10 +58,10 @@ func NewCmdInspect(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Target = args[0]
 			if opts.Limit < 0 {
-				return cmdutil.FlagErrorf("--limit must not be negative")
+				return cli.Usagef("--limit must not be negative")
 			}
 			if opts.Limit != 0 && !opts.IsPrefix() {
-				return cmdutil.FlagErrorf("--limit applies to a prefix (an argument ending in \"/\"), not to key %q", opts.Target)
+				return cli.Usagef("--limit applies to a prefix (an argument ending in \"/\"), not to key %q", opts.Target)
 			}
 			if runF != nil {
 				return runF(opts)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/internal/golden"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -67,7 +68,7 @@ func TestNewCmdInspectFlags(t *testing.T) {
 			err := cmd.Execute()
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
-				var fe *cmdutil.FlagError
+				var fe *cli.UsageError
 				require.True(t, errors.As(err, &fe))
 				return
 			}

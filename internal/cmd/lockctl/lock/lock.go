@@ -15,8 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/pkg/client"
 )
 
@@ -81,12 +82,14 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			terminal it stays in lockctl's group so job control works (a Ctrl-C from
 			the terminal then reaches it directly).
 
-			Exit codes:
+			Exit status:
 			  <n>  the command's own exit code (128+signal if a signal killed it)
 			  75   timed out waiting for the lock (raise --wait)
 			  77   permission denied: no grant for this identity, key and class
 			  69   lockd or its store is unavailable, or lockd is sealed
 			  79   the lock was lost while the command ran
+			  80   the key is already held by this identity under another
+			       session: a leaked hold (lockctl inspect <key>)
 			  2    usage error
 			  1    any other error
 		`, EnvToken, EnvKey, EnvEpoch),
@@ -104,15 +107,15 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			dash := cmd.ArgsLenAtDash()
 			switch {
 			case len(args) == 0:
-				return cmdutil.FlagErrorf("missing <key>: lockctl lock <key> --class <class> -- <command>")
+				return cli.Usagef("missing <key>: lockctl lock <key> --class <class> -- <command>")
 			case dash < 0:
-				return cmdutil.FlagErrorf("missing -- before the command: lockctl lock %s --class <class> -- <command>", args[0])
+				return cli.Usagef("missing -- before the command: lockctl lock %s --class <class> -- <command>", args[0])
 			case dash == 0:
-				return cmdutil.FlagErrorf("missing <key> before --")
+				return cli.Usagef("missing <key> before --")
 			case dash > 1:
-				return cmdutil.FlagErrorf("unexpected argument %q before --: only the key goes there", args[1])
+				return cli.Usagef("unexpected argument %q before --: only the key goes there", args[1])
 			case len(args) == 1:
-				return cmdutil.FlagErrorf("missing command after --")
+				return cli.Usagef("missing command after --")
 			}
 			return nil
 		},
@@ -120,13 +123,13 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			opts.Key = args[0]
 			opts.Command = args[1:]
 			if opts.Class == "" {
-				return cmdutil.FlagErrorf("--class is required: the lock class of %s (see classes/<namespace>/)", opts.Key)
+				return cli.Usagef("--class is required: the lock class of %s (see classes/<namespace>/)", opts.Key)
 			}
 			if opts.Wait < 0 {
-				return cmdutil.FlagErrorf("--wait must not be negative")
+				return cli.Usagef("--wait must not be negative")
 			}
 			if opts.Grace < 0 {
-				return cmdutil.FlagErrorf("--grace must not be negative")
+				return cli.Usagef("--grace must not be negative")
 			}
 			if runF != nil {
 				return runF(opts)
@@ -175,12 +178,12 @@ func lockRun(opts *Options) error {
 	}
 	if err := cmd.Start(); err != nil {
 		release(opts, l)
-		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("cannot run %q: %w", opts.Command[0], unwrapExec(err))}
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("cannot run %q: %w", opts.Command[0], unwrapExec(err))}
 	}
 	sup := &Supervision{Lock: l, Fenced: fenced, Cmd: cmd, Group: group, Grace: opts.Grace, Signals: sigs, Stderr: opts.IO.ErrOut}
 	lostErr, err := sup.Run()
 	if lostErr != nil {
-		return &cmdutil.ExitError{Code: cmdutil.ExitLockLost, Err: lostErr, Silent: true}
+		return &cli.ExitError{Code: cli.ExitLockLost, Err: lostErr, Silent: true}
 	}
 	release(opts, l)
 	code, ok := exitCode(err)
@@ -190,7 +193,7 @@ func lockRun(opts *Options) error {
 	if code == 0 {
 		return nil
 	}
-	return &cmdutil.ExitError{Code: code, Silent: true}
+	return &cli.ExitError{Code: code, Silent: true}
 }
 
 // acquire takes the lock. A signal while waiting in line abandons the
@@ -210,7 +213,7 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 	select {
 	case r := <-done:
 		if r.err != nil {
-			return nil, &cmdutil.ExitError{
+			return nil, &cli.ExitError{
 				Code: cmdutil.ExitCodeFor(r.err),
 				Err:  fmt.Errorf("cannot lock %s: %s", opts.Key, cmdutil.Describe(r.err, opts.target())),
 			}
@@ -221,7 +224,7 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 		if r := <-done; r.err == nil {
 			release(opts, r.l)
 		}
-		return nil, &cmdutil.ExitError{Code: 128 + signalNumber(sig), Err: fmt.Errorf("interrupted while waiting for %s", opts.Key)}
+		return nil, &cli.ExitError{Code: 128 + signalNumber(sig), Err: fmt.Errorf("interrupted while waiting for %s", opts.Key)}
 	}
 }
 

@@ -7,8 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 )
 
 func TestNewCmdLockFlags(t *testing.T) {
@@ -48,7 +49,7 @@ func TestNewCmdLockFlags(t *testing.T) {
 			f := &cmdutil.Factory{IOStreams: ios}
 			var got *Options
 			cmd := NewCmdLock(f, func(o *Options) error { got = o; return nil })
-			cmd.SetFlagErrorFunc(func(_ *cobraCommand, err error) error { return &cmdutil.FlagError{Err: err} })
+			cmd.SetFlagErrorFunc(func(_ *cobraCommand, err error) error { return &cli.UsageError{Err: err} })
 			cmd.SetArgs(tt.args)
 			cmd.SetOut(ios.ErrOut)
 			cmd.SetErr(ios.ErrOut)
@@ -56,9 +57,9 @@ func TestNewCmdLockFlags(t *testing.T) {
 			err := cmd.Execute()
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr)
-				var fe *cmdutil.FlagError
+				var fe *cli.UsageError
 				require.True(t, errors.As(err, &fe), "want a usage error (exit 2), got %T", err)
-				require.Equal(t, cmdutil.ExitUsage, cmdutil.ExitCodeFor(err))
+				require.Equal(t, cli.ExitUsage, cmdutil.ExitCodeFor(err))
 				return
 			}
 			require.NoError(t, err)

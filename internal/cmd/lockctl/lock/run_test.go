@@ -13,8 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -82,7 +83,7 @@ func TestLockRunLostLock(t *testing.T) {
 		}
 	}()
 	err := lockRun(opts)
-	require.Equal(t, cmdutil.ExitLockLost, cmdutil.ExitCodeFor(err))
+	require.Equal(t, cli.ExitLockLost, cmdutil.ExitCodeFor(err))
 	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
 	require.Len(t, lines, 1, "one line: %q", errOut.String())
 	require.Contains(t, lines[0], "lock t/lost lost while the command ran (session expired at lockd)")
@@ -101,9 +102,9 @@ func TestLockRunAcquireErrors(t *testing.T) {
 		want             int
 		msg              string
 	}{
-		{"timed out waiting", "t/held", "std", 300 * time.Millisecond, cmdutil.ExitTimeout, "wait deadline passed"},
-		{"permission denied", "other/x", "std", 0, cmdutil.ExitNoPerm, "permission denied"},
-		{"unknown class", "t/x", "nope", 0, cmdutil.ExitFailure, `no class "nope"`},
+		{"timed out waiting", "t/held", "std", 300 * time.Millisecond, cli.ExitTimeout, "wait deadline passed"},
+		{"permission denied", "other/x", "std", 0, cli.ExitNoPerm, "permission denied"},
+		{"unknown class", "t/x", "nope", 0, cli.ExitFailure, `no class "nope"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,7 +121,7 @@ func TestLockRunAcquireErrors(t *testing.T) {
 		env.Stop()
 		opts, out, _ := testOptions(t, env, "t/x", "std", "sh", "-c", "echo ran")
 		err := lockRun(opts)
-		require.Equal(t, cmdutil.ExitUnavailable, cmdutil.ExitCodeFor(err), "%v", err)
+		require.Equal(t, cli.ExitUnavailable, cmdutil.ExitCodeFor(err), "%v", err)
 		require.Empty(t, out.String())
 	})
 }
@@ -129,7 +130,7 @@ func TestLockRunCommandNotFound(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	opts, _, _ := testOptions(t, env, "t/x", "std", "/nonexistent/command")
 	err := lockRun(opts)
-	require.Equal(t, cmdutil.ExitFailure, cmdutil.ExitCodeFor(err))
+	require.Equal(t, cli.ExitFailure, cmdutil.ExitCodeFor(err))
 	require.ErrorContains(t, err, `cannot run "/nonexistent/command": no such file or directory`)
 	require.True(t, holdKeyAbsent(t, env, "t/x"), "released after the failed start")
 }
@@ -187,7 +188,7 @@ func TestLockedCommandIsDeadByTheLocksDeadline(t *testing.T) {
 	require.True(t, exitAt.Before(expiryAt), "the command outlived the lock: dead at %s, hold expired at %s", exitAt, expiryAt)
 	select {
 	case err := <-ran:
-		require.Equal(t, cmdutil.ExitLockLost, cmdutil.ExitCodeFor(err))
+		require.Equal(t, cli.ExitLockLost, cmdutil.ExitCodeFor(err))
 	case <-time.After(15 * time.Second):
 		t.Fatal("lockctl did not return after the command died")
 	}

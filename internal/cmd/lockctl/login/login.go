@@ -13,8 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/oauth2"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
@@ -82,7 +83,7 @@ func run(ctx context.Context, opts *Options) error {
 		opts.ClientID = cx.OIDCClientID
 	}
 	if opts.Issuer == "" || opts.ClientID == "" {
-		return cmdutil.FlagErrorf("--issuer and --client-id are required the first time (context %q remembers them)", cx.Name)
+		return cli.Usagef("--issuer and --client-id are required the first time (context %q remembers them)", cx.Name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()

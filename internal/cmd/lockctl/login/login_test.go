@@ -10,11 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/forcerelease"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/login"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/operator/operatortest"
 	"github.com/lockd-dev/lockd/pkg/client"

@@ -11,9 +11,10 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -68,10 +69,10 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			switch opts.Sort {
 			case SortContention, SortHolds, SortName:
 			default:
-				return cmdutil.FlagErrorf("--sort must be contention, holds or name, got %q", opts.Sort)
+				return cli.Usagef("--sort must be contention, holds or name, got %q", opts.Sort)
 			}
 			if opts.Interval < 500*time.Millisecond {
-				return cmdutil.FlagErrorf("--interval must be at least 500ms, got %s", opts.Interval)
+				return cli.Usagef("--interval must be at least 500ms, got %s", opts.Interval)
 			}
 			if runF != nil {
 				return runF(opts)

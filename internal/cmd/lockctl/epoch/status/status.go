@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )

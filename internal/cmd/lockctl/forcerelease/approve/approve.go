@@ -8,10 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/forcerelease/view"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -94,7 +95,7 @@ func confirm(ctx context.Context, opts *Options, c *client.Client) error {
 		}
 	}
 	if req == nil {
-		return &cmdutil.ExitError{Code: cmdutil.ExitFailure, Err: fmt.Errorf("no pending force-release request %q (approved, denied or expired): see `lockctl force-release list`", opts.ID)}
+		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("no pending force-release request %q (approved, denied or expired): see `lockctl force-release list`", opts.ID)}
 	}
 	fmt.Fprintf(w, "Key:          %s\nHolder:       %s (session %d)\nHeld for:     %s\nClass:        %s\nEnforcement:  %s\nRequester:    %s\nReason:       %s\n",
 		req.Key, req.Holder, req.SessionID, time.Since(req.HoldAcquiredAt).Round(time.Second), req.Class, req.Enforcement,

@@ -8,10 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/forcerelease/view"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -59,7 +60,7 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			opts.Key = args[0]
 			opts.Reason = strings.TrimSpace(opts.Reason)
 			if opts.Reason == "" {
-				return cmdutil.FlagErrorf("--reason is required: say why, it is recorded with the request and the force record")
+				return cli.Usagef("--reason is required: say why, it is recorded with the request and the force record")
 			}
 			if runF != nil {
 				return runF(opts)

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 

@@ -9,9 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -55,17 +56,17 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("from") {
-				return cmdutil.FlagErrorf("--from is required: the current epoch, from `lockctl epoch status`")
+				return cli.Usagef("--from is required: the current epoch, from `lockctl epoch status`")
 			}
 			if opts.From == 0 && opts.To == 0 {
-				return cmdutil.FlagErrorf("--to is required with --from 0: an epoch above every epoch issued before (see docs/operating.md)")
+				return cli.Usagef("--to is required with --from 0: an epoch above every epoch issued before (see docs/operating.md)")
 			}
 			if opts.To != 0 && opts.To <= opts.From {
-				return cmdutil.FlagErrorf("--to %d must be above --from %d", opts.To, opts.From)
+				return cli.Usagef("--to %d must be above --from %d", opts.To, opts.From)
 			}
 			opts.Reason = strings.TrimSpace(opts.Reason)
 			if opts.Reason == "" {
-				return cmdutil.FlagErrorf("--reason is required: say why, it is recorded in lockd's log")
+				return cli.Usagef("--reason is required: say why, it is recorded in lockd's log")
 			}
 			if runF != nil {
 				return runF(opts)

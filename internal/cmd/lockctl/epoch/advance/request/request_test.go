@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/internal/golden"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/iostreams"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )

@@ -1,4 +1,4 @@
-// Package iostreams holds lockctl's standard streams and what it knows
+// Package iostreams holds a command's standard streams and what it knows
 // about them: whether each is a terminal and whether colour is allowed.
 package iostreams
 

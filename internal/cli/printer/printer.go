@@ -1,4 +1,5 @@
-// Package printer is lockctl's one output path. A command builds a plain
+// Package printer is the one output path of lockctl (and of any lockd command
+// whose output is data: -o table|json|yaml). A command builds a plain
 // view value; the printer marshals it for -o json and -o yaml (the view's
 // json tags are the stable field names, shared by both), or asks it to
 // fill a Table.

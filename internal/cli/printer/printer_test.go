@@ -8,8 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/internal/golden"
-	"github.com/lockd-dev/lockd/internal/cmd/lockctl/printer"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 )
 
 type rows struct {
@@ -23,10 +22,13 @@ func (r rows) WriteTable(t *printer.Table) {
 	}
 }
 
+// now is the fixed clock the tests render against.
+var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
 func TestColourOnlyOnATerminal(t *testing.T) {
 	for _, tty := range []bool{false, true} {
 		var out bytes.Buffer
-		p := &printer.Printer{Format: printer.FormatTable, Out: &out, ErrOut: &out, TTY: tty, Color: true, Now: func() time.Time { return golden.Now }}
+		p := &printer.Printer{Format: printer.FormatTable, Out: &out, ErrOut: &out, TTY: tty, Color: true, Now: func() time.Time { return now }}
 		require.NoError(t, p.Print(rows{Items: []string{"a", "bbbb"}}))
 		if tty {
 			require.Contains(t, out.String(), "\x1b[31m")
@@ -41,7 +43,6 @@ func TestColourOnlyOnATerminal(t *testing.T) {
 }
 
 func TestRelative(t *testing.T) {
-	now := golden.Now
 	for d, want := range map[time.Duration]string{
 		0: "just now", 5 * time.Second: "5s ago", 3*time.Minute + 59*time.Second: "3m ago",
 		5 * time.Hour: "5h ago", 47 * time.Hour: "47h ago", 72 * time.Hour: "3d ago", -10 * time.Second: "in 10s",
