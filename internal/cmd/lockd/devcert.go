@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/devpki"
 )
 
@@ -39,7 +40,7 @@ Exit status: 0 issued, 1 no development CA or the files cannot be written,
 			certPath, keyPath, err := devpki.IssueSVID(caDir, args[0], out, now(opts))
 			switch {
 			case errors.Is(err, devpki.ErrInvalidSPIFFEID):
-				return &usageError{err: fmt.Errorf("<spiffe-id>: %w", err)}
+				return &cli.UsageError{Err: fmt.Errorf("<spiffe-id>: %w", err)}
 			case errors.Is(err, devpki.ErrNoCA):
 				return fmt.Errorf("%w\nno development CA in %s: start lockd once with --data-dir %s to create it", err, caDir, opts.DataDir)
 			case err != nil:

@@ -80,10 +80,9 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer,
 // without an answer, the store unavailable, a start-up deadline), and
 // ExitError for anything else.
 func classify(err error) error {
-	var ue *usageError
-	var cu *cli.UsageError
+	var ue *cli.UsageError
 	switch {
-	case errors.As(err, &ue), errors.As(err, &cu):
+	case errors.As(err, &ue):
 		return cli.Usage(err)
 	case cli.Unreachable(err), errors.Is(err, arbiter.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return cli.Exit(ExitUnavailable, err)
@@ -157,7 +156,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, name := range []string{"etcd-client-url", "etcd-peer-url"} {
 				if cmd.Flags().Changed(name) && len(opts.EtcdEndpoints) > 0 {
-					return usagef("--%s: configures the embedded etcd and cannot be combined with --etcd-endpoints", name)
+					return cli.Usagef("--%s: configures the embedded etcd and cannot be combined with --etcd-endpoints", name)
 				}
 			}
 			return runF(cmd.Context(), &opts)
@@ -165,7 +164,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	}
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &cli.UsageError{Err: err} })
 
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&opts.DataDir, "data-dir", opts.DataDir, "directory for the embedded etcd, the dev PKI (pki/) and lockctl.yaml")
@@ -235,7 +234,7 @@ func applyEnv(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
 		}
 	})
 	if len(errs) > 0 {
-		return &usageError{err: errors.Join(errs...)}
+		return &cli.UsageError{Err: errors.Join(errs...)}
 	}
 	return nil
 }
@@ -244,7 +243,7 @@ func applyEnv(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return &usageError{err: err}
+			return &cli.UsageError{Err: err}
 		}
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/devpki"
 )
 
@@ -131,7 +132,7 @@ func TestExitCodes(t *testing.T) {
 		{"start-up deadline", fmt.Errorf("start arbiter: %w", context.DeadlineExceeded), ExitUnavailable},
 		{"OIDC issuer refused", fmt.Errorf("operator: OIDC discovery at http://kc: %w", &url.Error{Op: "Get", URL: "http://kc", Err: dialErr}), ExitUnavailable},
 		{"cannot listen", fmt.Errorf("--listen: %w", bindErr), ExitError},
-		{"invalid options", &usageError{err: errors.New("--listen: bad")}, ExitUsage},
+		{"invalid options", &cli.UsageError{Err: errors.New("--listen: bad")}, ExitUsage},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -1,7 +1,6 @@
 package lockdcmd
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/lockd-dev/lockd/internal/lockd"
@@ -30,15 +29,4 @@ func now(o *Options) time.Time {
 		return o.Now()
 	}
 	return time.Now()
-}
-
-// usageError is a mistake in the command line or environment; Main exits
-// with ExitUsage for it.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return &usageError{err: fmt.Errorf(format, args...)}
 }

@@ -3,6 +3,7 @@ package lockdcmd
 import (
 	"context"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/lockd"
 )
 
@@ -26,7 +27,7 @@ func run(ctx context.Context, opts *Options) error {
 // error.
 func validate(opts *Options) error {
 	if err := opts.Validate(); err != nil {
-		return &usageError{err: err}
+		return &cli.UsageError{Err: err}
 	}
 	return nil
 }

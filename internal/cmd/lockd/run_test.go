@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
@@ -188,7 +189,7 @@ func TestRunRefusesInsecureNonLoopback(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "--insecure-loopback")
 	require.ErrorIs(t, err, identity.ErrNotLoopback)
-	var ue *usageError
+	var ue *cli.UsageError
 	require.ErrorAs(t, err, &ue)
 
 	// Through the command line it is a usage error (exit 2) naming the flag.
