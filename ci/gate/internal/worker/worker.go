@@ -196,7 +196,16 @@ func (w *worker) round(ctx context.Context) error {
 		return err
 	}
 	key := w.o.Keys[w.rnd.IntN(len(w.o.Keys))]
-	l, err := w.acquire(ctx, cli, key, w.onFence(key))
+	onFence := w.onFence(key)
+	var fence *lock.Fence
+	var heldTok uint64 // set before fence.Start, read under the Fence's lock after it
+	if w.o.Child {
+		// lockctl lock's wiring: the Fence kills the child from onFence.
+		fence = lock.NewFence(func(time.Time) { w.rec.Instant(history.Gone, key, heldTok, "killed by the supervisor") })
+		record := onFence
+		onFence = func(l *client.Lock) { fence.OnFence(l); record(l) }
+	}
+	l, err := w.acquire(ctx, cli, key, onFence)
 	if err != nil {
 		if acquireOutcome(err) == history.Unknown {
 			w.recycle()
@@ -207,9 +216,10 @@ func (w *worker) round(ctx context.Context) error {
 		return nil
 	}
 	tok := l.Token()
+	heldTok = tok
 
 	if w.o.Child {
-		w.childUnit(ctx, l, key)
+		w.childUnit(ctx, l, key, fence)
 		w.release(l, key, history.Release)
 		return nil
 	}
@@ -366,7 +376,7 @@ func (w *worker) writeRegister(rec *history.Recorder, key string, tok uint64, v 
 // writes the register with the token from its environment, then goes on
 // working for a while, ignoring SIGTERM. The supervisor's SIGKILL is
 // recorded as the child being gone.
-func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string) {
+func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string, fence *lock.Fence) {
 	w.children++
 	id := (w.o.ID+1)*1_000_000 + w.children
 	// Most units are short; some run for longer than one TTL, as real work
@@ -381,7 +391,7 @@ func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string) {
 	cmd.Env = append(os.Environ(), "LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	childproc.DieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := fence.Start(cmd, false); err != nil {
 		fmt.Fprintf(os.Stderr, "child: %v\n", err)
 		return
 	}
@@ -389,8 +399,7 @@ func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string) {
 	signals := make(chan os.Signal, 1)
 	stop := context.AfterFunc(ctx, func() { signals <- syscall.SIGKILL }) // the worker is stopping
 	defer stop()
-	sup := &lock.Supervision{Lock: l, Cmd: cmd, Grace: 10 * time.Second, Signals: signals, Stderr: os.Stderr,
-		OnKill: func(time.Time) { w.rec.Instant(history.Gone, key, l.Token(), "killed by the supervisor") }}
+	sup := &lock.Supervision{Lock: l, Fence: fence, Cmd: cmd, Grace: 10 * time.Second, Signals: signals, Stderr: os.Stderr}
 	_, _ = sup.Run()
 }
 

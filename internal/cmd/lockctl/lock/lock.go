@@ -163,8 +163,8 @@ func lockRun(opts *Options) error {
 	}
 	defer func() { _ = c.Close() }()
 
-	fenced := make(chan struct{}, 1)
-	l, err := acquire(opts, c, sigs, func(*client.Lock) { fenced <- struct{}{} })
+	fence := NewFence(nil)
+	l, err := acquire(opts, c, sigs, fence.OnFence)
 	if err != nil {
 		return err
 	}
@@ -176,11 +176,13 @@ func lockRun(opts *Options) error {
 	if group {
 		setGroup(cmd)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := fence.Start(cmd, group); errors.Is(err, ErrFencedBeforeStart) {
+		return &cli.ExitError{Code: cli.ExitLockLost, Err: fmt.Errorf("lock %s lost before %q could start (%s): not run", opts.Key, opts.Command[0], lostReason(l.Err()))}
+	} else if err != nil {
 		release(opts, l)
 		return &cli.ExitError{Code: cli.ExitFailure, Err: fmt.Errorf("cannot run %q: %w", opts.Command[0], unwrapExec(err))}
 	}
-	sup := &Supervision{Lock: l, Fenced: fenced, Cmd: cmd, Group: group, Grace: opts.Grace, Signals: sigs, Stderr: opts.IO.ErrOut}
+	sup := &Supervision{Lock: l, Fence: fence, Cmd: cmd, Group: group, Grace: opts.Grace, Signals: sigs, Stderr: opts.IO.ErrOut}
 	lostErr, err := sup.Run()
 	if lostErr != nil {
 		return &cli.ExitError{Code: cli.ExitLockLost, Err: lostErr, Silent: true}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -14,25 +15,103 @@ import (
 // pollEvery is how often the supervisor looks at the lock's health.
 const pollEvery = 50 * time.Millisecond
 
-// Supervision runs a started command under a lock, and makes sure the
-// command is dead by the lock's local deadline, which passes before the
-// store can expire the session:
+// ErrFencedBeforeStart: the lock was fenced before its command could
+// start; the command was not run.
+var ErrFencedBeforeStart = errors.New("lock: the lock was lost before the command started")
+
+// Fence is the lock's onFence for a command run under it. Pass OnFence to
+// Acquire, then start the command with Start: when the client fences the
+// lock (at the local deadline, or when lockd says the hold is gone) OnFence
+// SIGKILLs the command at once, from the client's own fence timer, whatever
+// else lockctl is doing; another holder may already have the key. A lock
+// fenced before Start never runs the command.
+type Fence struct {
+	mu     sync.Mutex
+	proc   *os.Process
+	group  bool
+	fenced bool
+	killed bool
+	onKill func(time.Time)
+	done   chan struct{}
+}
+
+// NewFence returns a Fence; onKill, when set, is told when SIGKILL is sent
+// (the release gate records it).
+func NewFence(onKill func(time.Time)) *Fence {
+	return &Fence{onKill: onKill, done: make(chan struct{})}
+}
+
+// OnFence is the onFence callback for client.Acquire.
+func (f *Fence) OnFence(*client.Lock) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fenced {
+		return
+	}
+	f.fenced = true
+	close(f.done)
+	if lateFence {
+		return // the release gate's broken-on-purpose control kills late
+	}
+	f.killLocked()
+}
+
+// Start starts cmd unless the lock has been fenced already
+// (ErrFencedBeforeStart). group signals the command's process group.
+func (f *Fence) Start(cmd *exec.Cmd, group bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fenced {
+		return ErrFencedBeforeStart
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	f.proc, f.group = cmd.Process, group
+	return nil
+}
+
+// Done is closed when OnFence has run.
+func (f *Fence) Done() <-chan struct{} { return f.done }
+
+// Kill sends SIGKILL to the command now (once).
+func (f *Fence) Kill() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.killLocked()
+}
+
+func (f *Fence) killLocked() {
+	if f.proc == nil || f.killed {
+		return
+	}
+	f.killed = true
+	_ = signal(f.proc, sigKill, f.group)
+	if f.onKill != nil {
+		f.onKill(time.Now())
+	}
+}
+
+// Supervision runs a command started under a lock (Fence.Start), and makes
+// sure the command is dead by the lock's local deadline, which passes
+// before the store can expire the session:
 //
 //   - at the first failed keepalive (CanStart false) it schedules SIGTERM
 //     Grace before the deadline (at once when less time is left) and
 //     SIGKILL at the deadline; a keepalive that recovers before the SIGTERM
 //     is sent cancels both;
-//   - when lockd says the hold is gone (expired, released by force, epoch
-//     advanced) or the deadline passes, it sends SIGKILL at once: another
+//   - when the lock is fenced (lockd says the hold is gone: expired,
+//     released by force, epoch advanced; or the deadline passed), the
+//     Fence has already sent SIGKILL from the lock's onFence: another
 //     holder may already have the key.
 //
 // Nothing can stop a command whose own machine is paused past the
 // deadline; only a fenced resource rejects its late writes.
 type Supervision struct {
 	Lock *client.Lock
-	// Fenced receives a value when the lock's onFence runs.
-	Fenced <-chan struct{}
-	// Cmd has been started.
+	// Fence is the lock's onFence; it started Cmd.
+	Fence *Fence
+	// Cmd has been started by Fence.Start.
 	Cmd *exec.Cmd
 	// Group: signal the command's whole process group.
 	Group bool
@@ -42,8 +121,6 @@ type Supervision struct {
 	Signals <-chan os.Signal
 	// Stderr receives one line per decision.
 	Stderr io.Writer
-	// OnKill, when set, is told when SIGKILL is sent (the gate records it).
-	OnKill func(time.Time)
 }
 
 // Run supervises until the command exits. It returns why the lock was lost
@@ -57,10 +134,9 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	var (
-		term, kill       *time.Timer
-		termC, killC     <-chan time.Time
-		termSent, killed bool
-		lostC            = s.Lock.Done()
+		term, kill   *time.Timer
+		termC, killC <-chan time.Time
+		termSent     bool
 	)
 	stopTimers := func() {
 		for _, t := range []*time.Timer{term, kill} {
@@ -71,41 +147,20 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 		term, kill, termC, killC = nil, nil, nil, nil
 	}
 	defer stopTimers()
-	killNow := func() {
-		if killed {
-			return
-		}
-		killed = true
-		_ = signal(s.Cmd.Process, sigKill, s.Group)
-		if s.OnKill != nil {
-			s.OnKill(time.Now())
-		}
-	}
-	onLoss := func() {
-		if lost != nil {
-			return
-		}
-		err := s.Lock.Err()
-		if err == nil || errors.Is(err, client.ErrReleased) {
-			return // we release only after the command exits: not a loss
-		}
-		lost = err
-		killNow()
-		stopTimers()
-		fmt.Fprintf(s.Stderr, "lockctl: lock %s lost while the command ran (%s): killed pid %d\n",
-			s.Lock.Key(), lostReason(err), s.Cmd.Process.Pid)
-	}
+	fenced := s.Fence.Done()
 	for {
 		select {
 		case err := <-done:
 			return lost, err
-		case <-s.Fenced:
-			onLoss()
-		case <-lostC:
-			lostC = nil
-			onLoss()
+		case <-fenced:
+			// The Fence has already killed the command; say so.
+			fenced = nil
+			lost = s.Lock.Err()
+			stopTimers()
+			fmt.Fprintf(s.Stderr, "lockctl: lock %s lost while the command ran (%s): killed pid %d\n",
+				s.Lock.Key(), lostReason(lost), s.Cmd.Process.Pid)
 		case <-tick.C:
-			if lost != nil || killed {
+			if lost != nil {
 				continue
 			}
 			switch healthy := s.Lock.CanStart(); {
@@ -126,7 +181,7 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 			_ = signal(s.Cmd.Process, sigTerm, s.Group)
 		case <-killC:
 			killC = nil
-			killNow()
+			s.Fence.Kill()
 		case sig := <-s.Signals:
 			_ = signal(s.Cmd.Process, sig, s.Group)
 		}
@@ -134,8 +189,9 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 }
 
 // runLate is the behaviour before the fix, kept only for the release
-// gate's control (build tag gate_late_fence): SIGTERM when the lock is
-// lost, SIGKILL Grace later, so the command outlives the lease.
+// gate's control (build tag gate_late_fence, which also keeps the Fence
+// from killing): SIGTERM when the lock is lost, SIGKILL Grace later, so the
+// command outlives the lease.
 func (s *Supervision) runLate(done <-chan error) (lost error, waitErr error) {
 	var kill <-chan time.Time
 	lostC := s.Lock.Done()
@@ -152,10 +208,7 @@ func (s *Supervision) runLate(done <-chan error) (lost error, waitErr error) {
 			}
 		case <-kill:
 			kill = nil
-			_ = signal(s.Cmd.Process, sigKill, s.Group)
-			if s.OnKill != nil {
-				s.OnKill(time.Now())
-			}
+			s.Fence.Kill()
 		case sig := <-s.Signals:
 			_ = signal(s.Cmd.Process, sig, s.Group)
 		}
