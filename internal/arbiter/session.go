@@ -12,12 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// Session TTL bounds, the platform's range.
-const (
-	MinTTL = 5 * time.Second
-	MaxTTL = 300 * time.Second
+	"github.com/lockd-dev/lockd/internal/class"
 )
 
 // sessionRecord is the value of /s/<lease id>, on the session's own lease.
@@ -67,8 +63,8 @@ func (a *Arbiter) sessionNamespace(identity string) string {
 // OpenSession grants a lease with ttl owned by identity. An identity may
 // have at most MaxSessionsPerIdentity sessions opened on this arbiter.
 func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Duration) (int64, error) {
-	if ttl < MinTTL || ttl > MaxTTL || ttl%time.Second != 0 {
-		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, MinTTL, MaxTTL, ttl)
+	if ttl < class.MinTTL || ttl > class.MaxTTL || ttl%time.Second != 0 {
+		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, class.MinTTL, class.MaxTTL, ttl)
 	}
 	ns := a.sessionNamespace(identity)
 	if err := a.reserveSession(identity); err != nil {
