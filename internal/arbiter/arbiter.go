@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // Key layout in etcd.
@@ -55,8 +55,8 @@ type Config struct {
 	// advance the epoch.
 	Operators []string
 	// OIDCOperators: operators sign in with OIDC, verified at the gRPC
-	// boundary, which passes them as "oidc:<subject>". Only the boundary
-	// can produce such an identity (callers' own are SPIFFE IDs).
+	// boundary, which passes them as operator Callers. Only the boundary
+	// builds a Caller (callers' own are SPIFFE workloads).
 	OIDCOperators bool
 	// Logger receives one structured line per event; tokens are never logged.
 	Logger *slog.Logger
@@ -246,10 +246,13 @@ func (a *Arbiter) SetPolicy(p *Policy) { a.policy.Store(p) }
 // Policy returns the policy being served.
 func (a *Arbiter) Policy() *Policy { return a.policy.Load() }
 
-// IsOperator reports whether id is an operator identity: one of Operators,
-// or, with OIDCOperators, an operator the boundary verified ("oidc:…").
-func (a *Arbiter) IsOperator(id string) bool {
-	return a.operators[id] || (a.oidcOps && strings.HasPrefix(id, "oidc:"))
+// IsOperator reports whether c is an operator: a workload among Operators,
+// or, with OIDCOperators, an operator the boundary verified.
+func (a *Arbiter) IsOperator(c identity.Caller) bool {
+	if c.IsOperator() {
+		return a.oidcOps
+	}
+	return a.operators[c.ID]
 }
 
 // Metrics returns the arbiter's metrics.

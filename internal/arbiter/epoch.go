@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/pkg/token"
+
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // epochRecord is the value of /sys/epoch.
@@ -446,10 +448,11 @@ func (a *Arbiter) readEpochRecord(ctx context.Context) (uint32, int64, *pb.Respo
 // `from` (0: the store has no record) to `to` (0: from+1). Another operator
 // must approve it (ApproveEpochAdvance) within ForceRequestTTL. The target
 // must be above every epoch this arbiter knows of.
-func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, to uint32, reason string) (EpochRequest, error) {
+func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Caller, from, to uint32, reason string) (EpochRequest, error) {
 	if !a.IsOperator(caller) {
 		return EpochRequest{}, ErrNotOperator
 	}
+	who := caller.String()
 	if strings.TrimSpace(reason) == "" {
 		return EpochRequest{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
@@ -478,7 +481,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, 
 	if cur != from {
 		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur, from)
 	}
-	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: caller, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
+	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
 	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
@@ -488,7 +491,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, 
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
-	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", caller, "reason", reason)
+	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", who, "reason", reason)
 	return req, nil
 }
 
@@ -509,10 +512,11 @@ type EpochAdvance struct {
 // and deletes every hold and queue key and the request. Every token granted
 // afterwards is greater than every token granted before, whatever revision
 // the store restarted from.
-func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (EpochAdvance, error) {
+func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Caller, id string) (EpochAdvance, error) {
 	if !a.IsOperator(caller) {
 		return EpochAdvance{}, ErrNotOperator
 	}
+	who := caller.String()
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return EpochAdvance{}, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
 	}
@@ -532,12 +536,12 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (E
 	if req.To == 0 { // a request recorded before targets were stated
 		req.To = req.From + 1
 	}
-	if req.Requester == caller {
+	if req.Requester == who {
 		a.metrics.epochAdvances.WithLabelValues("refused").Inc()
-		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", caller)
+		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", who)
 		return EpochAdvance{Request: req}, ErrSamePerson
 	}
-	adv, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
+	adv, err := a.advanceEpoch(ctx, who, req, got.Kvs[0].ModRevision)
 	if err == nil {
 		a.metrics.epochAdvances.WithLabelValues("approved").Inc()
 	}

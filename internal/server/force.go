@@ -41,7 +41,7 @@ func (s *Server) ApproveForceRelease(ctx context.Context, req *lockv1.ApproveFor
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &lockv1.ApproveForceReleaseResponse{ForceRelease: forceToProto(f), Approver: id, RecordKey: rec}, nil
+	return &lockv1.ApproveForceReleaseResponse{ForceRelease: forceToProto(f), Approver: id.String(), RecordKey: rec}, nil
 }
 
 // DenyForceRelease implements lock.v1.

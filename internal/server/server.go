@@ -52,13 +52,13 @@ type Server struct {
 // arbiter must be built with OIDCOperators.
 func (s *Server) RequireOperatorTokens(v *operator.Verifier) { s.opv = v }
 
-// operatorCaller is the identity of an admin call that changes state: the
-// verified OIDC operator ("oidc:<subject>") when tokens are required, the
-// caller's SPIFFE ID otherwise. The mTLS identity is required either way.
-func (s *Server) operatorCaller(ctx context.Context) (string, error) {
-	id, err := s.caller(ctx)
+// operatorCaller is the caller of an admin call that changes state: the
+// verified OIDC operator when tokens are required, the caller's SPIFFE
+// identity otherwise. The mTLS identity is required either way.
+func (s *Server) operatorCaller(ctx context.Context) (identity.Caller, error) {
+	via, err := s.caller(ctx)
 	if err != nil || s.opv == nil {
-		return id, err
+		return via, err
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	raw := ""
@@ -68,12 +68,12 @@ func (s *Server) operatorCaller(ctx context.Context) (string, error) {
 	op, err := s.opv.Verify(ctx, raw)
 	switch {
 	case errors.Is(err, operator.ErrMissingRole), errors.Is(err, operator.ErrNoMFA):
-		return "", status.Error(codes.PermissionDenied, err.Error())
+		return identity.Caller{}, status.Error(codes.PermissionDenied, err.Error())
 	case err != nil:
-		return "", status.Error(codes.Unauthenticated, err.Error())
+		return identity.Caller{}, status.Error(codes.Unauthenticated, err.Error())
 	}
-	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", id)
-	return op.ID(), nil
+	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", via.String())
+	return identity.Operator(op.Subject, op.Name, via.ID), nil
 }
 
 // New returns a server for arb. ids says how callers are identified.
@@ -124,12 +124,12 @@ func statusWithReason(code codes.Code, reason, msg string) error {
 	return st.Err()
 }
 
-func (s *Server) caller(ctx context.Context) (string, error) {
-	id, err := s.ids.Identity(ctx)
+func (s *Server) caller(ctx context.Context) (identity.Caller, error) {
+	c, err := s.ids.Caller(ctx)
 	if err != nil {
-		return "", status.Error(codes.Unauthenticated, err.Error())
+		return identity.Caller{}, status.Error(codes.Unauthenticated, err.Error())
 	}
-	return id.String(), nil
+	return c, nil
 }
 
 // OpenSession implements lock.v1.
@@ -302,7 +302,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 		return nil, err
 	}
 	g, err := s.arb.Acquire(ctx, arbiter.AcquireRequest{
-		Identity: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
+		Caller: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
 		Wait: req.GetWait().AsDuration(),
 	})
 	if err != nil {
@@ -443,7 +443,7 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 		return nil, toStatus(err)
 	}
 	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
-		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id}, nil
+		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id.String()}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the
