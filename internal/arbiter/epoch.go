@@ -430,18 +430,24 @@ type EpochRequest struct {
 
 const epochRequestPrefix = "/sys/epoch-requests/"
 
-// readEpochRecord reads /sys/epoch through the admin view: the epoch it
-// holds (0 when missing) and its mod revision.
-func (a *Arbiter) readEpochRecord(ctx context.Context) (uint32, int64, *pb.ResponseHeader, error) {
+// epochRecordRead is what readEpochRecord read.
+type epochRecordRead struct {
+	epoch  uint32 // 0 when the record is missing
+	modRev int64  // the record's mod revision, 0 when missing
+	header *pb.ResponseHeader
+}
+
+// readEpochRecord reads /sys/epoch through the admin view.
+func (a *Arbiter) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
 	cur, err := a.admin.Get(ctx, epochKey)
 	if err != nil {
-		return 0, 0, nil, err
+		return epochRecordRead{}, err
 	}
 	if len(cur.Kvs) == 0 {
-		return 0, 0, cur.Header, nil
+		return epochRecordRead{header: cur.Header}, nil
 	}
 	e, _, err := decodeEpoch(cur.Kvs[0])
-	return e, cur.Kvs[0].ModRevision, cur.Header, err
+	return epochRecordRead{epoch: e, modRev: cur.Kvs[0].ModRevision, header: cur.Header}, err
 }
 
 // RequestEpochAdvance records an operator's request to move the epoch from
@@ -474,12 +480,12 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, _, _, err := a.readEpochRecord(cctx)
+	cur, err := a.readEpochRecord(cctx)
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
-	if cur != from {
-		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur, from)
+	if cur.epoch != from {
+		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, from)
 	}
 	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
 	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
@@ -552,17 +558,17 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	adv := EpochAdvance{Request: req}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	e, modRev, hdr, err := a.readEpochRecord(cctx)
+	cur, err := a.readEpochRecord(cctx)
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
-	if e != req.From {
-		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, req.From)
+	if cur.epoch != req.From {
+		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, req.From)
 	}
 	if h := a.highestEpoch(); req.To <= h {
 		return adv, fmt.Errorf("%w: the request moves to epoch %d, not above %d, the highest this lockd has seen; request again", ErrEpochMoved, req.To, h)
 	}
-	newID := hdr.ClusterId
+	newID := cur.header.ClusterId
 	// A holder of the old epoch learns that its hold is gone from its next
 	// keepalive answer (it carries the epoch, never one read longer than
 	// maxEpochAge ago), or is fenced by its own deadline when no answer
@@ -580,7 +586,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
-	recordCmp := clientv3.Compare(clientv3.ModRevision(epochKey), "=", modRev)
+	recordCmp := clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.modRev)
 	if req.From == 0 {
 		recordCmp = clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)
 	}

@@ -143,30 +143,39 @@ func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64,
 	return fr, resp.Kvs[0].ModRevision, nil
 }
 
+// ForceApproval is the outcome of ApproveForceRelease.
+type ForceApproval struct {
+	// ForceRelease is the approved request.
+	ForceRelease ForceRelease
+	// RecordKey is the etcd key of the force record written; empty when
+	// none was.
+	RecordKey string
+}
+
 // ApproveForceRelease releases the requested hold: one transaction compares
 // the hold with the one requested (revision and session) and the request
 // itself, deletes the hold and the request, and writes the force record.
 // With RevokeSession the holder's session is then revoked, ending all its
 // holds. The approver must be an operator other than the requester.
-func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Caller, id string) (ForceRelease, string, error) {
+func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Caller, id string) (ForceApproval, error) {
 	if !a.IsOperator(caller) {
-		return ForceRelease{}, "", ErrNotOperator
+		return ForceApproval{}, ErrNotOperator
 	}
 	who := caller.String()
 	fr, reqRev, err := a.getForce(ctx, id)
 	if err != nil {
-		return ForceRelease{}, "", err
+		return ForceApproval{}, err
 	}
 	ns := lockkey.Namespace(fr.Key)
 	if fr.Requester == who {
 		a.metrics.forceReleases.WithLabelValues(ns, "refused").Inc()
-		return fr, "", ErrSamePerson
+		return ForceApproval{ForceRelease: fr}, ErrSamePerson
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	lease, err := a.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
 	if err != nil {
-		return ForceRelease{}, "", storeErr(ctx, err)
+		return ForceApproval{}, storeErr(ctx, err)
 	}
 	rec := forceRecord{ForceRelease: fr, Approver: who, ApprovedAt: a.now(), Revoked: fr.RevokeSession}
 	b, _ := json.Marshal(rec)
@@ -182,18 +191,18 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		clientv3.OpPut(recKey, string(b), clientv3.WithLease(lease.ID)),
 	).Commit()
 	if err != nil {
-		return ForceRelease{}, "", storeErr(ctx, err)
+		return ForceApproval{}, storeErr(ctx, err)
 	}
 	if !resp.Succeeded {
 		a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
-		return fr, "", ErrHoldChanged
+		return ForceApproval{ForceRelease: fr}, ErrHoldChanged
 	}
 	// Tell the holder through its keepalive answers at once (every arbiter
 	// also learns it from the record).
 	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision}, time.Now())
 	if fr.RevokeSession {
 		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
-			return fr, recKey, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
+			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
 		}
 		a.forgetSession(fr.Session)
 	}
@@ -202,7 +211,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 	a.log.Warn("force-release approved", "id", fr.ID, "key", fr.Key, "holder", fr.Holder, "class", fr.Class,
 		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,
 		"revoke_session", fr.RevokeSession)
-	return fr, recKey, nil
+	return ForceApproval{ForceRelease: fr, RecordKey: recKey}, nil
 }
 
 // DenyForceRelease withdraws a pending request (its requester) or refuses

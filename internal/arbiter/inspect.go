@@ -38,33 +38,42 @@ func (a *Arbiter) mayRead(caller identity.Caller, key string) bool {
 	return a.IsOperator(caller) || a.policy.Load().Authz.Allow(caller.String(), key)
 }
 
-// Inspect describes key. held is false when nobody holds it.
-func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key string) (info HoldInfo, held bool, err error) {
+// Inspection is the answer of Inspect.
+type Inspection struct {
+	// Hold is the hold, with only Key and Waiters set when nobody holds
+	// the key.
+	Hold HoldInfo
+	// Held reports whether anybody holds the key.
+	Held bool
+}
+
+// Inspect describes key.
+func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key string) (Inspection, error) {
 	if err := lockkey.Validate(key); err != nil {
-		return HoldInfo{}, false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+		return Inspection{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
 	if !a.mayRead(caller, key) {
-		return HoldInfo{}, false, authz.ErrDenied
+		return Inspection{}, authz.ErrDenied
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Get(cctx, holdKey(key))
 	if err != nil {
-		return HoldInfo{}, false, storeErr(ctx, err)
+		return Inspection{}, storeErr(ctx, err)
 	}
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
-		return HoldInfo{}, false, err
+		return Inspection{}, err
 	}
-	info = HoldInfo{Key: key, Waiters: a.QueueLen(key)}
+	info := HoldInfo{Key: key, Waiters: a.QueueLen(key)}
 	if len(resp.Kvs) == 0 {
-		return info, false, nil
+		return Inspection{Hold: info}, nil
 	}
 	h, err := decodeHold(resp.Kvs[0])
 	if err != nil {
-		return HoldInfo{}, false, err
+		return Inspection{}, err
 	}
 	a.fillHold(&info, caller, h, resp.Kvs[0].ModRevision)
-	return info, true, nil
+	return Inspection{Hold: info, Held: true}, nil
 }
 
 func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, h holdRecord, modRev int64) {
@@ -79,17 +88,25 @@ func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, h holdRecord,
 	}
 }
 
+// HoldList is the answer of ListHolds.
+type HoldList struct {
+	// Holds are the holds the caller may see, at most the limit asked.
+	Holds []HoldInfo
+	// Truncated reports that more holds the caller may see were left out.
+	Truncated bool
+}
+
 // ListHolds lists the holds under prefix (ending in "/") that identity may
 // see, at most limit. The caller must be an operator or be granted some of
 // the prefix (the one denial otherwise, before anything is read);
 // truncated counts only holds the caller may see.
-func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix string, limit int) ([]HoldInfo, bool, error) {
+func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix string, limit int) (HoldList, error) {
 	who := caller.String()
 	if err := lockkey.ValidatePrefix(prefix); err != nil {
-		return nil, false, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
+		return HoldList{}, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
 	}
 	if !a.IsOperator(caller) && !a.policy.Load().Authz.AllowPrefix(who, prefix) {
-		return nil, false, authz.ErrDenied
+		return HoldList{}, authz.ErrDenied
 	}
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
@@ -105,10 +122,10 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 		resp, err := a.cli.Get(cctx, key, opts...)
 		cancel()
 		if err != nil {
-			return nil, false, storeErr(ctx, err)
+			return HoldList{}, storeErr(ctx, err)
 		}
 		if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
-			return nil, false, err
+			return HoldList{}, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -118,7 +135,7 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 			}
 			h, err := decodeHold(kv)
 			if err != nil {
-				return nil, false, err
+				return HoldList{}, err
 			}
 			info := HoldInfo{Key: k, Waiters: a.QueueLen(k)}
 			a.fillHold(&info, caller, h, kv.ModRevision)
@@ -133,7 +150,7 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 	if truncated {
 		out = out[:limit]
 	}
-	return out, truncated, nil
+	return HoldList{Holds: out, Truncated: truncated}, nil
 }
 
 // ListSessions lists the caller's sessions, or every session for an

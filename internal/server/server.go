@@ -344,13 +344,13 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	if err != nil {
 		return nil, err
 	}
-	h, held, err := s.arb.Inspect(ctx, id, req.GetKey())
+	in, err := s.arb.Inspect(ctx, id, req.GetKey())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.InspectResponse{Held: held, Waiters: int32(h.Waiters)}
-	if held {
-		resp.Hold = holdProto(h)
+	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters)}
+	if in.Held {
+		resp.Hold = holdProto(in.Hold)
 	}
 	return resp, nil
 }
@@ -361,12 +361,12 @@ func (s *Server) ListHolds(ctx context.Context, req *lockv1.ListHoldsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	hs, truncated, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
+	list, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.ListHoldsResponse{Truncated: truncated}
-	for _, h := range hs {
+	resp := &lockv1.ListHoldsResponse{Truncated: list.Truncated}
+	for _, h := range list.Holds {
 		resp.Holds = append(resp.Holds, holdProto(h))
 	}
 	return resp, nil
