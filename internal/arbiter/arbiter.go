@@ -170,24 +170,11 @@ type Arbiter struct {
 	wg     sync.WaitGroup
 }
 
-// New returns an arbiter serving policy. Call Start before serving.
+// New returns an arbiter serving policy. Call Start before serving. An
+// unusable cfg is refused with errors wrapping ErrInvalidConfig.
 func New(cfg Config, policy *Policy) (*Arbiter, error) {
-	if cfg.Client == nil || cfg.Leases == nil {
-		return nil, fmt.Errorf("%w: arbiter needs an etcd client and lease client", ErrInvalid)
-	}
-	if policy == nil || policy.Classes == nil || policy.Authz == nil {
-		return nil, fmt.Errorf("%w: arbiter needs a policy (NewPolicy)", ErrInvalid)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"RequestTimeout", cfg.RequestTimeout}, {"PollInterval", cfg.PollInterval}, {"EpochRefresh", cfg.EpochRefresh}, {"MaxEpochAge", cfg.MaxEpochAge}} {
-		if d.v < 0 {
-			return nil, fmt.Errorf("%w: %s: must not be negative", ErrInvalid, d.name)
-		}
-	}
-	if cfg.MaxSessionsPerIdentity < 0 || cfg.MaxWaitersPerIdentity < 0 {
-		return nil, fmt.Errorf("%w: MaxSessionsPerIdentity, MaxWaitersPerIdentity: must not be negative", ErrInvalid)
+	if err := cfg.validate(policy); err != nil {
+		return nil, err
 	}
 	floor, err := loadWatermark(cfg.StateFile)
 	if err != nil {
@@ -201,10 +188,10 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		oidcOps:     cfg.OIDCOperators,
 		log:         cfg.Logger,
 		now:         cfg.Now,
-		timeout:     cmp.Or(cfg.RequestTimeout, 5*time.Second),
-		poll:        cmp.Or(cfg.PollInterval, time.Second),
-		refresh:     cmp.Or(cfg.EpochRefresh, time.Second),
-		maxEpochAge: cmp.Or(cfg.MaxEpochAge, 3*time.Second),
+		timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
+		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
+		refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
+		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
 		metrics:     cfg.Metrics,
 		bootstrap:   cfg.Bootstrap,
 		stateFile:   cfg.StateFile,
@@ -218,9 +205,6 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:      make(chan struct{}),
 		reloadMu:    make(chanMutex, 1),
-	}
-	if a.refresh >= a.maxEpochAge {
-		return nil, fmt.Errorf("%w: EpochRefresh %s must be shorter than MaxEpochAge %s", ErrInvalid, a.refresh, a.maxEpochAge)
 	}
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
