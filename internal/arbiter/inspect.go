@@ -32,7 +32,7 @@ type HoldInfo struct {
 	Waiters    int
 }
 
-// mayRead reports whether identity may inspect key: operators read
+// mayRead reports whether caller may inspect key: operators read
 // everything, others what they may lock.
 func (a *Arbiter) mayRead(caller identity.Caller, key string) bool {
 	return a.IsOperator(caller) || a.policy.Load().Authz.Allow(caller.String(), key)
@@ -96,10 +96,10 @@ type HoldList struct {
 	Truncated bool
 }
 
-// ListHolds lists the holds under prefix (ending in "/") that identity may
+// ListHolds lists the holds under prefix (ending in "/") that the caller may
 // see, at most limit. The caller must be an operator or be granted some of
 // the prefix (the one denial otherwise, before anything is read);
-// truncated counts only holds the caller may see.
+// Truncated counts only holds the caller may see.
 func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix string, limit int) (HoldList, error) {
 	who := caller.String()
 	if err := lockkey.ValidatePrefix(prefix); err != nil {
@@ -207,10 +207,7 @@ func (a *Arbiter) ListSessions(ctx context.Context, caller identity.Caller) ([]S
 	return res, nil
 }
 
-// DescribeClass returns class namespace/name if identity has grants in that
-// namespace (or is an operator); otherwise the same denial as for an absent
-// namespace.
-// ListClasses returns the loaded classes of the namespaces identity has
+// ListClasses returns the loaded classes of the namespaces the caller has
 // grants in (all of them for an operator), optionally of one namespace.
 func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class.Class {
 	who := caller.String()
@@ -229,6 +226,9 @@ func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class
 	return out
 }
 
+// DescribeClass returns class namespace/name if the caller has grants in that
+// namespace (or is an operator); otherwise the same denial as for an absent
+// namespace.
 func (a *Arbiter) DescribeClass(caller identity.Caller, namespace, name string) (*class.Class, error) {
 	who := caller.String()
 	pol := a.policy.Load()

@@ -61,7 +61,7 @@ func (a *Arbiter) sessionNamespace(identity string) string {
 	return "-"
 }
 
-// OpenSession grants a lease with ttl owned by identity. An identity may
+// OpenSession grants a lease with ttl owned by the caller. An identity may
 // have at most MaxSessionsPerIdentity sessions opened on this arbiter.
 func (a *Arbiter) OpenSession(ctx context.Context, caller identity.Caller, ttl time.Duration) (int64, error) {
 	who := caller.String()

@@ -23,7 +23,7 @@ type ClassStats struct {
 	ExpiriesWithoutRelease uint64
 }
 
-// Stats returns per-class statistics for the namespaces identity has grants
+// Stats returns per-class statistics for the namespaces the caller has grants
 // in (all, for an operator). They are this arbiter's own, from its metrics.
 func (a *Arbiter) Stats(caller identity.Caller) []ClassStats {
 	who := caller.String()
