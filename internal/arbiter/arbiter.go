@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // Key layout in etcd.
@@ -55,8 +55,8 @@ type Config struct {
 	// advance the epoch.
 	Operators []string
 	// OIDCOperators: operators sign in with OIDC, verified at the gRPC
-	// boundary, which passes them as "oidc:<subject>". Only the boundary
-	// can produce such an identity (callers' own are SPIFFE IDs).
+	// boundary, which passes them as operator Callers. Only the boundary
+	// builds a Caller (callers' own are SPIFFE workloads).
 	OIDCOperators bool
 	// Logger receives one structured line per event; tokens are never logged.
 	Logger *slog.Logger
@@ -170,24 +170,11 @@ type Arbiter struct {
 	wg     sync.WaitGroup
 }
 
-// New returns an arbiter serving policy. Call Start before serving.
+// New returns an arbiter serving policy. Call Start before serving. An
+// unusable cfg is refused with errors wrapping ErrInvalidConfig.
 func New(cfg Config, policy *Policy) (*Arbiter, error) {
-	if cfg.Client == nil || cfg.Leases == nil {
-		return nil, fmt.Errorf("%w: arbiter needs an etcd client and lease client", ErrInvalid)
-	}
-	if policy == nil || policy.Classes == nil || policy.Authz == nil {
-		return nil, fmt.Errorf("%w: arbiter needs a policy (NewPolicy)", ErrInvalid)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"RequestTimeout", cfg.RequestTimeout}, {"PollInterval", cfg.PollInterval}, {"EpochRefresh", cfg.EpochRefresh}, {"MaxEpochAge", cfg.MaxEpochAge}} {
-		if d.v < 0 {
-			return nil, fmt.Errorf("%w: %s: must not be negative", ErrInvalid, d.name)
-		}
-	}
-	if cfg.MaxSessionsPerIdentity < 0 || cfg.MaxWaitersPerIdentity < 0 {
-		return nil, fmt.Errorf("%w: MaxSessionsPerIdentity, MaxWaitersPerIdentity: must not be negative", ErrInvalid)
+	if err := cfg.validate(policy); err != nil {
+		return nil, err
 	}
 	floor, err := loadWatermark(cfg.StateFile)
 	if err != nil {
@@ -201,10 +188,10 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		oidcOps:     cfg.OIDCOperators,
 		log:         cfg.Logger,
 		now:         cfg.Now,
-		timeout:     cmp.Or(cfg.RequestTimeout, 5*time.Second),
-		poll:        cmp.Or(cfg.PollInterval, time.Second),
-		refresh:     cmp.Or(cfg.EpochRefresh, time.Second),
-		maxEpochAge: cmp.Or(cfg.MaxEpochAge, 3*time.Second),
+		timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
+		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
+		refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
+		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
 		metrics:     cfg.Metrics,
 		bootstrap:   cfg.Bootstrap,
 		stateFile:   cfg.StateFile,
@@ -218,9 +205,6 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:      make(chan struct{}),
 		reloadMu:    make(chanMutex, 1),
-	}
-	if a.refresh >= a.maxEpochAge {
-		return nil, fmt.Errorf("%w: EpochRefresh %s must be shorter than MaxEpochAge %s", ErrInvalid, a.refresh, a.maxEpochAge)
 	}
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
@@ -246,10 +230,13 @@ func (a *Arbiter) SetPolicy(p *Policy) { a.policy.Store(p) }
 // Policy returns the policy being served.
 func (a *Arbiter) Policy() *Policy { return a.policy.Load() }
 
-// IsOperator reports whether id is an operator identity: one of Operators,
-// or, with OIDCOperators, an operator the boundary verified ("oidc:…").
-func (a *Arbiter) IsOperator(id string) bool {
-	return a.operators[id] || (a.oidcOps && strings.HasPrefix(id, "oidc:"))
+// IsOperator reports whether c is an operator: a workload among Operators,
+// or, with OIDCOperators, an operator the boundary verified.
+func (a *Arbiter) IsOperator(c identity.Caller) bool {
+	if c.IsOperator() {
+		return a.oidcOps
+	}
+	return a.operators[c.ID]
 }
 
 // Metrics returns the arbiter's metrics.

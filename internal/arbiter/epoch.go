@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/pkg/token"
+
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // epochRecord is the value of /sys/epoch.
@@ -428,28 +430,35 @@ type EpochRequest struct {
 
 const epochRequestPrefix = "/sys/epoch-requests/"
 
-// readEpochRecord reads /sys/epoch through the admin view: the epoch it
-// holds (0 when missing) and its mod revision.
-func (a *Arbiter) readEpochRecord(ctx context.Context) (uint32, int64, *pb.ResponseHeader, error) {
+// epochRecordRead is what readEpochRecord read.
+type epochRecordRead struct {
+	epoch  uint32 // 0 when the record is missing
+	modRev int64  // the record's mod revision, 0 when missing
+	header *pb.ResponseHeader
+}
+
+// readEpochRecord reads /sys/epoch through the admin view.
+func (a *Arbiter) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
 	cur, err := a.admin.Get(ctx, epochKey)
 	if err != nil {
-		return 0, 0, nil, err
+		return epochRecordRead{}, err
 	}
 	if len(cur.Kvs) == 0 {
-		return 0, 0, cur.Header, nil
+		return epochRecordRead{header: cur.Header}, nil
 	}
 	e, _, err := decodeEpoch(cur.Kvs[0])
-	return e, cur.Kvs[0].ModRevision, cur.Header, err
+	return epochRecordRead{epoch: e, modRev: cur.Kvs[0].ModRevision, header: cur.Header}, err
 }
 
 // RequestEpochAdvance records an operator's request to move the epoch from
 // `from` (0: the store has no record) to `to` (0: from+1). Another operator
 // must approve it (ApproveEpochAdvance) within ForceRequestTTL. The target
 // must be above every epoch this arbiter knows of.
-func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, to uint32, reason string) (EpochRequest, error) {
+func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Caller, from, to uint32, reason string) (EpochRequest, error) {
 	if !a.IsOperator(caller) {
 		return EpochRequest{}, ErrNotOperator
 	}
+	who := caller.String()
 	if strings.TrimSpace(reason) == "" {
 		return EpochRequest{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
@@ -471,14 +480,14 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, 
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	cur, _, _, err := a.readEpochRecord(cctx)
+	cur, err := a.readEpochRecord(cctx)
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
-	if cur != from {
-		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur, from)
+	if cur.epoch != from {
+		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, from)
 	}
-	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: caller, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
+	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
 	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
@@ -488,7 +497,7 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller string, from, 
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
-	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", caller, "reason", reason)
+	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", who, "reason", reason)
 	return req, nil
 }
 
@@ -509,10 +518,11 @@ type EpochAdvance struct {
 // and deletes every hold and queue key and the request. Every token granted
 // afterwards is greater than every token granted before, whatever revision
 // the store restarted from.
-func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (EpochAdvance, error) {
+func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Caller, id string) (EpochAdvance, error) {
 	if !a.IsOperator(caller) {
 		return EpochAdvance{}, ErrNotOperator
 	}
+	who := caller.String()
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return EpochAdvance{}, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
 	}
@@ -532,12 +542,12 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller, id string) (E
 	if req.To == 0 { // a request recorded before targets were stated
 		req.To = req.From + 1
 	}
-	if req.Requester == caller {
+	if req.Requester == who {
 		a.metrics.epochAdvances.WithLabelValues("refused").Inc()
-		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", caller)
+		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", who)
 		return EpochAdvance{Request: req}, ErrSamePerson
 	}
-	adv, err := a.advanceEpoch(ctx, caller, req, got.Kvs[0].ModRevision)
+	adv, err := a.advanceEpoch(ctx, who, req, got.Kvs[0].ModRevision)
 	if err == nil {
 		a.metrics.epochAdvances.WithLabelValues("approved").Inc()
 	}
@@ -548,17 +558,17 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	adv := EpochAdvance{Request: req}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	e, modRev, hdr, err := a.readEpochRecord(cctx)
+	cur, err := a.readEpochRecord(cctx)
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
-	if e != req.From {
-		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, e, req.From)
+	if cur.epoch != req.From {
+		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, req.From)
 	}
 	if h := a.highestEpoch(); req.To <= h {
 		return adv, fmt.Errorf("%w: the request moves to epoch %d, not above %d, the highest this lockd has seen; request again", ErrEpochMoved, req.To, h)
 	}
-	newID := hdr.ClusterId
+	newID := cur.header.ClusterId
 	// A holder of the old epoch learns that its hold is gone from its next
 	// keepalive answer (it carries the epoch, never one read longer than
 	// maxEpochAge ago), or is fenced by its own deadline when no answer
@@ -576,7 +586,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
-	recordCmp := clientv3.Compare(clientv3.ModRevision(epochKey), "=", modRev)
+	recordCmp := clientv3.Compare(clientv3.ModRevision(epochKey), "=", cur.modRev)
 	if req.From == 0 {
 		recordCmp = clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)
 	}

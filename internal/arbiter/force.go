@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
@@ -62,10 +63,11 @@ func newForceID() string {
 // RequestForceRelease records a request to release key's current hold by
 // force. Only operators may ask; the reason is required. The request
 // remembers the hold's revision: approval releases that hold and no other.
-func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason string, revokeSession bool) (ForceRelease, error) {
+func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Caller, key, reason string, revokeSession bool) (ForceRelease, error) {
 	if !a.IsOperator(caller) {
 		return ForceRelease{}, ErrNotOperator
 	}
+	who := caller.String()
 	if err := lockkey.Validate(key); err != nil {
 		return ForceRelease{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
@@ -92,7 +94,7 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason s
 	now := a.now()
 	fr := ForceRelease{ID: newForceID(), Key: key, Holder: h.Identity, Session: kv.Lease, HoldRevision: kv.ModRevision,
 		HoldAcquired: time.Unix(0, h.AcquiredAt), Class: h.Class, Enforcement: a.enforcementOf(h.Class),
-		Requester: caller, Reason: reason, RevokeSession: revokeSession, RequestedAt: now, ExpiresAt: now.Add(ForceRequestTTL)}
+		Requester: who, Reason: reason, RevokeSession: revokeSession, RequestedAt: now, ExpiresAt: now.Add(ForceRequestTTL)}
 	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
@@ -103,7 +105,7 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller, key, reason s
 	}
 	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(key), "requested").Inc()
 	a.log.Warn("force-release requested", "id", fr.ID, "key", key, "holder", fr.Holder, "class", fr.Class,
-		"enforcement", fr.Enforcement, "requester", caller, "reason", reason, "revoke_session", revokeSession)
+		"enforcement", fr.Enforcement, "requester", who, "reason", reason, "revoke_session", revokeSession)
 	return fr, nil
 }
 
@@ -141,31 +143,41 @@ func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64,
 	return fr, resp.Kvs[0].ModRevision, nil
 }
 
+// ForceApproval is the outcome of ApproveForceRelease.
+type ForceApproval struct {
+	// ForceRelease is the approved request.
+	ForceRelease ForceRelease
+	// RecordKey is the etcd key of the force record written; empty when
+	// none was.
+	RecordKey string
+}
+
 // ApproveForceRelease releases the requested hold: one transaction compares
 // the hold with the one requested (revision and session) and the request
 // itself, deletes the hold and the request, and writes the force record.
 // With RevokeSession the holder's session is then revoked, ending all its
 // holds. The approver must be an operator other than the requester.
-func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller, id string) (ForceRelease, string, error) {
+func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Caller, id string) (ForceApproval, error) {
 	if !a.IsOperator(caller) {
-		return ForceRelease{}, "", ErrNotOperator
+		return ForceApproval{}, ErrNotOperator
 	}
+	who := caller.String()
 	fr, reqRev, err := a.getForce(ctx, id)
 	if err != nil {
-		return ForceRelease{}, "", err
+		return ForceApproval{}, err
 	}
 	ns := lockkey.Namespace(fr.Key)
-	if fr.Requester == caller {
+	if fr.Requester == who {
 		a.metrics.forceReleases.WithLabelValues(ns, "refused").Inc()
-		return fr, "", ErrSamePerson
+		return ForceApproval{ForceRelease: fr}, ErrSamePerson
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	lease, err := a.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
 	if err != nil {
-		return ForceRelease{}, "", storeErr(ctx, err)
+		return ForceApproval{}, storeErr(ctx, err)
 	}
-	rec := forceRecord{ForceRelease: fr, Approver: caller, ApprovedAt: a.now(), Revoked: fr.RevokeSession}
+	rec := forceRecord{ForceRelease: fr, Approver: who, ApprovedAt: a.now(), Revoked: fr.RevokeSession}
 	b, _ := json.Marshal(rec)
 	recKey := forceRecordPrefix + fr.ID
 	hk := holdKey(fr.Key)
@@ -179,35 +191,36 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller, id string) (F
 		clientv3.OpPut(recKey, string(b), clientv3.WithLease(lease.ID)),
 	).Commit()
 	if err != nil {
-		return ForceRelease{}, "", storeErr(ctx, err)
+		return ForceApproval{}, storeErr(ctx, err)
 	}
 	if !resp.Succeeded {
 		a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
-		return fr, "", ErrHoldChanged
+		return ForceApproval{ForceRelease: fr}, ErrHoldChanged
 	}
 	// Tell the holder through its keepalive answers at once (every arbiter
 	// also learns it from the record).
 	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision}, time.Now())
 	if fr.RevokeSession {
 		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
-			return fr, recKey, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
+			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
 		}
 		a.forgetSession(fr.Session)
 	}
 	a.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()
 	a.log.Warn("force-release approved", "id", fr.ID, "key", fr.Key, "holder", fr.Holder, "class", fr.Class,
-		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", caller, "reason", fr.Reason,
+		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,
 		"revoke_session", fr.RevokeSession)
-	return fr, recKey, nil
+	return ForceApproval{ForceRelease: fr, RecordKey: recKey}, nil
 }
 
 // DenyForceRelease withdraws a pending request (its requester) or refuses
 // it (another operator).
-func (a *Arbiter) DenyForceRelease(ctx context.Context, caller, id, reason string) (ForceRelease, error) {
+func (a *Arbiter) DenyForceRelease(ctx context.Context, caller identity.Caller, id, reason string) (ForceRelease, error) {
 	if !a.IsOperator(caller) {
 		return ForceRelease{}, ErrNotOperator
 	}
+	who := caller.String()
 	fr, reqRev, err := a.getForce(ctx, id)
 	if err != nil {
 		return ForceRelease{}, err
@@ -223,12 +236,12 @@ func (a *Arbiter) DenyForceRelease(ctx context.Context, caller, id, reason strin
 		return ForceRelease{}, fmt.Errorf("%w: %s", ErrForceNotFound, id)
 	}
 	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(fr.Key), "denied").Inc()
-	a.log.Warn("force-release denied", "id", id, "key", fr.Key, "requester", fr.Requester, "by", caller, "reason", reason)
+	a.log.Warn("force-release denied", "id", id, "key", fr.Key, "requester", fr.Requester, "by", who, "reason", reason)
 	return fr, nil
 }
 
 // ListForceReleases lists the pending requests, oldest first.
-func (a *Arbiter) ListForceReleases(ctx context.Context, caller string) ([]ForceRelease, error) {
+func (a *Arbiter) ListForceReleases(ctx context.Context, caller identity.Caller) ([]ForceRelease, error) {
 	if !a.IsOperator(caller) {
 		return nil, ErrNotOperator
 	}

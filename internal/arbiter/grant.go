@@ -13,14 +13,15 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
 // AcquireRequest asks for a hold.
 type AcquireRequest struct {
-	// Identity is the caller's authenticated SPIFFE ID.
-	Identity string
+	// Caller is the authenticated caller.
+	Caller identity.Caller
 	// Session is the caller's session; its TTL must be the class TTL.
 	Session int64
 	// Key is "<namespace>/<path>".
@@ -273,7 +274,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if err := lockkey.Validate(req.Key); err != nil {
 		return Grant{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
-	cls, err := a.authorizeAcquire(req.Identity, req.Key, req.Class, 0)
+	cls, err := a.authorizeAcquire(req.Caller.String(), req.Key, req.Class, 0)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -284,7 +285,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if st := a.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}
-	sess, err := a.session(ctx, req.Identity, req.Session)
+	sess, err := a.session(ctx, req.Caller.String(), req.Session)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -295,7 +296,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	classRef := cls.Namespace + "/" + cls.Name
 	hk := holdKey(req.Key)
 
-	w := &waiter{identity: req.Identity, session: req.Session, class: classRef, ttl: sess.ttl,
+	w := &waiter{identity: req.Caller.String(), session: req.Session, class: classRef, ttl: sess.ttl,
 		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
 	att, tried, err := a.firstLook(ctx, req, hk, classRef)
 	if err != nil {
@@ -304,10 +305,10 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if att.granted {
 		return a.releaseIfGone(ctx, req, att.grant)
 	}
-	if g, mine, err := a.classify(att, req.Identity, req.Session); mine || err != nil {
+	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
 		if errors.Is(err, ErrLeak) {
 			a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
-			a.log.Warn("leak refused", "identity", req.Identity, "session", req.Session, "holder_session", att.holderLease, "namespace", ns, "class", clsName)
+			a.log.Warn("leak refused", "identity", req.Caller.String(), "session", req.Session, "holder_session", att.holderLease, "namespace", ns, "class", clsName)
 		}
 		return g, err
 	}
@@ -337,11 +338,11 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk, classRef string) (attempt, bool, error) {
 	q, dup, hint := a.queueFor(req.Key, req.Session)
 	if q == nil {
-		val, at := a.encodeHold(req.Identity, req.Session, classRef)
+		val, at := a.encodeHold(req.Caller.String(), req.Session, classRef)
 		att, err := a.tryGrant(ctx, hk, val, req.Session, at)
 		return att, true, err
 	}
-	if !dup && hint.identity != "" && hint.identity != req.Identity {
+	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {
 		// Held, as last seen here, by another identity: the caller cannot
 		// be its holder. If the hint is stale the caller learns when its
 		// turn comes, by a full transaction.
@@ -386,14 +387,15 @@ func (a *Arbiter) sessionGone(id int64, err error) error {
 // ErrStaleToken. When a waiter is queued here, the key is handed to it in
 // the same transaction. The caller must be allowed to lock key (the one
 // denial otherwise, before anything is read).
-func (a *Arbiter) Release(ctx context.Context, identity string, session int64, key string, tok uint64) (released bool, err error) {
+func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session int64, key string, tok uint64) (released bool, err error) {
+	who := caller.String()
 	if err := lockkey.Validate(key); err != nil {
 		return false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
-	if !a.policy.Load().Authz.Allow(identity, key) {
+	if !a.policy.Load().Authz.Allow(who, key) {
 		return false, authz.ErrDenied
 	}
-	if _, err := a.session(ctx, identity, session); err != nil {
+	if _, err := a.session(ctx, who, session); err != nil {
 		return false, err
 	}
 	return a.release(ctx, session, key, tok)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -31,46 +32,55 @@ type HoldInfo struct {
 	Waiters    int
 }
 
-// mayRead reports whether identity may inspect key: operators read
+// mayRead reports whether caller may inspect key: operators read
 // everything, others what they may lock.
-func (a *Arbiter) mayRead(identity, key string) bool {
-	return a.IsOperator(identity) || a.policy.Load().Authz.Allow(identity, key)
+func (a *Arbiter) mayRead(caller identity.Caller, key string) bool {
+	return a.IsOperator(caller) || a.policy.Load().Authz.Allow(caller.String(), key)
 }
 
-// Inspect describes key. held is false when nobody holds it.
-func (a *Arbiter) Inspect(ctx context.Context, identity, key string) (info HoldInfo, held bool, err error) {
+// Inspection is the answer of Inspect.
+type Inspection struct {
+	// Hold is the hold, with only Key and Waiters set when nobody holds
+	// the key.
+	Hold HoldInfo
+	// Held reports whether anybody holds the key.
+	Held bool
+}
+
+// Inspect describes key.
+func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key string) (Inspection, error) {
 	if err := lockkey.Validate(key); err != nil {
-		return HoldInfo{}, false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
+		return Inspection{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
-	if !a.mayRead(identity, key) {
-		return HoldInfo{}, false, authz.ErrDenied
+	if !a.mayRead(caller, key) {
+		return Inspection{}, authz.ErrDenied
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Get(cctx, holdKey(key))
 	if err != nil {
-		return HoldInfo{}, false, storeErr(ctx, err)
+		return Inspection{}, storeErr(ctx, err)
 	}
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
-		return HoldInfo{}, false, err
+		return Inspection{}, err
 	}
-	info = HoldInfo{Key: key, Waiters: a.QueueLen(key)}
+	info := HoldInfo{Key: key, Waiters: a.QueueLen(key)}
 	if len(resp.Kvs) == 0 {
-		return info, false, nil
+		return Inspection{Hold: info}, nil
 	}
 	h, err := decodeHold(resp.Kvs[0])
 	if err != nil {
-		return HoldInfo{}, false, err
+		return Inspection{}, err
 	}
-	a.fillHold(&info, identity, h, resp.Kvs[0].ModRevision)
-	return info, true, nil
+	a.fillHold(&info, caller, h, resp.Kvs[0].ModRevision)
+	return Inspection{Hold: info, Held: true}, nil
 }
 
-func (a *Arbiter) fillHold(info *HoldInfo, identity string, h holdRecord, modRev int64) {
+func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, h holdRecord, modRev int64) {
 	info.Holder, info.Session, info.Class = h.Identity, h.Session, h.Class
 	info.AcquiredAt = time.Unix(0, h.AcquiredAt)
 	info.Age = a.now().Sub(info.AcquiredAt)
-	if a.IsOperator(identity) {
+	if a.IsOperator(caller) {
 		st := a.epoch.Load()
 		if tok, err := token.Pack(st.epoch, modRev); err == nil {
 			info.Token, info.Epoch, info.Revision = tok, st.epoch, modRev
@@ -78,16 +88,25 @@ func (a *Arbiter) fillHold(info *HoldInfo, identity string, h holdRecord, modRev
 	}
 }
 
-// ListHolds lists the holds under prefix (ending in "/") that identity may
+// HoldList is the answer of ListHolds.
+type HoldList struct {
+	// Holds are the holds the caller may see, at most the limit asked.
+	Holds []HoldInfo
+	// Truncated reports that more holds the caller may see were left out.
+	Truncated bool
+}
+
+// ListHolds lists the holds under prefix (ending in "/") that the caller may
 // see, at most limit. The caller must be an operator or be granted some of
 // the prefix (the one denial otherwise, before anything is read);
-// truncated counts only holds the caller may see.
-func (a *Arbiter) ListHolds(ctx context.Context, identity, prefix string, limit int) ([]HoldInfo, bool, error) {
+// Truncated counts only holds the caller may see.
+func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix string, limit int) (HoldList, error) {
+	who := caller.String()
 	if err := lockkey.ValidatePrefix(prefix); err != nil {
-		return nil, false, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
+		return HoldList{}, fmt.Errorf("%w: prefix: %w", ErrInvalid, err)
 	}
-	if !a.IsOperator(identity) && !a.policy.Load().Authz.AllowPrefix(identity, prefix) {
-		return nil, false, authz.ErrDenied
+	if !a.IsOperator(caller) && !a.policy.Load().Authz.AllowPrefix(who, prefix) {
+		return HoldList{}, authz.ErrDenied
 	}
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
@@ -103,23 +122,23 @@ func (a *Arbiter) ListHolds(ctx context.Context, identity, prefix string, limit 
 		resp, err := a.cli.Get(cctx, key, opts...)
 		cancel()
 		if err != nil {
-			return nil, false, storeErr(ctx, err)
+			return HoldList{}, storeErr(ctx, err)
 		}
 		if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
-			return nil, false, err
+			return HoldList{}, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
 			k := strings.TrimPrefix(string(kv.Key), holdPrefix)
-			if !a.mayRead(identity, k) {
+			if !a.mayRead(caller, k) {
 				continue
 			}
 			h, err := decodeHold(kv)
 			if err != nil {
-				return nil, false, err
+				return HoldList{}, err
 			}
 			info := HoldInfo{Key: k, Waiters: a.QueueLen(k)}
-			a.fillHold(&info, identity, h, kv.ModRevision)
+			a.fillHold(&info, caller, h, kv.ModRevision)
 			out = append(out, info)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -131,20 +150,21 @@ func (a *Arbiter) ListHolds(ctx context.Context, identity, prefix string, limit 
 	if truncated {
 		out = out[:limit]
 	}
-	return out, truncated, nil
+	return HoldList{Holds: out, Truncated: truncated}, nil
 }
 
 // ListSessions lists the caller's sessions, or every session for an
 // operator, with their hold counts and remaining TTL. It scans the session
 // and hold prefixes: an operator tool, not a hot path.
-func (a *Arbiter) ListSessions(ctx context.Context, identity string) ([]SessionInfo, error) {
+func (a *Arbiter) ListSessions(ctx context.Context, caller identity.Caller) ([]SessionInfo, error) {
+	who := caller.String()
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	sresp, err := a.cli.Get(cctx, sessionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(10000))
 	if err != nil {
 		return nil, storeErr(ctx, err)
 	}
-	op := a.IsOperator(identity)
+	op := a.IsOperator(caller)
 	byID := map[int64]*SessionInfo{}
 	var out []*SessionInfo
 	for _, kv := range sresp.Kvs {
@@ -152,7 +172,7 @@ func (a *Arbiter) ListSessions(ctx context.Context, identity string) ([]SessionI
 		if err != nil {
 			return nil, err
 		}
-		if !op && s.identity != identity {
+		if !op && s.identity != who {
 			continue
 		}
 		si := &SessionInfo{ID: s.id, Identity: s.identity, TTL: s.ttl, OpenedAt: s.openedAt}
@@ -187,17 +207,15 @@ func (a *Arbiter) ListSessions(ctx context.Context, identity string) ([]SessionI
 	return res, nil
 }
 
-// DescribeClass returns class namespace/name if identity has grants in that
-// namespace (or is an operator); otherwise the same denial as for an absent
-// namespace.
-// ListClasses returns the loaded classes of the namespaces identity has
+// ListClasses returns the loaded classes of the namespaces the caller has
 // grants in (all of them for an operator), optionally of one namespace.
-func (a *Arbiter) ListClasses(identity, namespace string) []*class.Class {
+func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class.Class {
+	who := caller.String()
 	pol := a.policy.Load()
 	var mine []string
-	op := a.IsOperator(identity)
+	op := a.IsOperator(caller)
 	if !op {
-		mine = pol.Authz.NamespacesOf(identity)
+		mine = pol.Authz.NamespacesOf(who)
 	}
 	var out []*class.Class
 	for _, c := range pol.Classes.Classes() {
@@ -208,9 +226,13 @@ func (a *Arbiter) ListClasses(identity, namespace string) []*class.Class {
 	return out
 }
 
-func (a *Arbiter) DescribeClass(identity, namespace, name string) (*class.Class, error) {
+// DescribeClass returns class namespace/name if the caller has grants in that
+// namespace (or is an operator); otherwise the same denial as for an absent
+// namespace.
+func (a *Arbiter) DescribeClass(caller identity.Caller, namespace, name string) (*class.Class, error) {
+	who := caller.String()
 	pol := a.policy.Load()
-	if !a.IsOperator(identity) && !slices.Contains(pol.Authz.NamespacesOf(identity), namespace) {
+	if !a.IsOperator(caller) && !slices.Contains(pol.Authz.NamespacesOf(who), namespace) {
 		return nil, authz.ErrDenied
 	}
 	c, ok := pol.Classes.Class(namespace, name)

@@ -269,7 +269,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 		a.qmu.Unlock()
 		return Grant{}, true, err
 	}
-	val, at := a.encodeHold(req.Identity, req.Session, w.class)
+	val, at := a.encodeHold(req.Caller.String(), req.Session, w.class)
 	att, err := a.tryGrant(ctx, hk, val, req.Session, at)
 	if err == nil && att.granted {
 		a.qmu.Lock()
@@ -286,7 +286,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 		a.qmu.Unlock()
 		var mine bool
 		var g Grant
-		if g, mine, err = a.classify(att, req.Identity, req.Session); !mine && err == nil {
+		if g, mine, err = a.classify(att, req.Caller.String(), req.Session); !mine && err == nil {
 			return Grant{}, false, nil // still held: keep waiting
 		}
 		if mine {

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/class"
 )
 
 // RemovedHold is a hold that was removed from a live session by a
@@ -22,7 +24,7 @@ type RemovedHold struct {
 // removedKeep is how long a force-released hold is named in its session's
 // keepalive answers: longer than any session can go without a keepalive
 // and still be alive, so a holder that reconnects later is told too.
-const removedKeep = 2 * MaxTTL
+const removedKeep = 2 * class.MaxTTL
 
 // removedHolds are the force-released holds of live sessions, from the
 // /sys/force/ records every arbiter watches.

@@ -12,12 +12,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// Session TTL bounds, the platform's range.
-const (
-	MinTTL = 5 * time.Second
-	MaxTTL = 300 * time.Second
+	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // sessionRecord is the value of /s/<lease id>, on the session's own lease.
@@ -64,21 +61,22 @@ func (a *Arbiter) sessionNamespace(identity string) string {
 	return "-"
 }
 
-// OpenSession grants a lease with ttl owned by identity. An identity may
+// OpenSession grants a lease with ttl owned by the caller. An identity may
 // have at most MaxSessionsPerIdentity sessions opened on this arbiter.
-func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Duration) (int64, error) {
-	if ttl < MinTTL || ttl > MaxTTL || ttl%time.Second != 0 {
-		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, MinTTL, MaxTTL, ttl)
+func (a *Arbiter) OpenSession(ctx context.Context, caller identity.Caller, ttl time.Duration) (int64, error) {
+	who := caller.String()
+	if ttl < class.MinTTL || ttl > class.MaxTTL || ttl%time.Second != 0 {
+		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, class.MinTTL, class.MaxTTL, ttl)
 	}
-	ns := a.sessionNamespace(identity)
-	if err := a.reserveSession(identity); err != nil {
+	ns := a.sessionNamespace(who)
+	if err := a.reserveSession(who); err != nil {
 		a.metrics.quotaRefusals.WithLabelValues(ns, "sessions").Inc()
 		return 0, err
 	}
 	kept := false
 	defer func() {
 		if !kept {
-			a.unreserveSession(identity)
+			a.unreserveSession(who)
 		}
 	}()
 	cctx, cancel := a.callCtx(ctx)
@@ -88,7 +86,7 @@ func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Dur
 		return 0, storeErr(ctx, err)
 	}
 	now := a.now()
-	rec, _ := json.Marshal(sessionRecord{Identity: identity, TTL: int64(ttl / time.Second), Namespace: ns, OpenedAt: now.UnixNano()})
+	rec, _ := json.Marshal(sessionRecord{Identity: who, TTL: int64(ttl / time.Second), Namespace: ns, OpenedAt: now.UnixNano()})
 	resp, err := a.cli.Put(cctx, sessionKey(int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
 	if err != nil {
 		return 0, storeErr(ctx, err)
@@ -96,12 +94,12 @@ func (a *Arbiter) OpenSession(ctx context.Context, identity string, ttl time.Dur
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return 0, err
 	}
-	info := &sessionInfo{id: int64(lease.ID), identity: identity, ttl: ttl, namespace: ns, openedAt: now, openedHere: true}
+	info := &sessionInfo{id: int64(lease.ID), identity: who, ttl: ttl, namespace: ns, openedAt: now, openedHere: true}
 	a.sessions.Store(info.id, info)
 	kept = true
 	a.noteTTL(ttl)
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
-	a.log.Info("session opened", "session", info.id, "identity", identity, "ttl", ttl.String())
+	a.log.Info("session opened", "session", info.id, "identity", who, "ttl", ttl.String())
 	return info.id, nil
 }
 
@@ -183,8 +181,8 @@ func decodeSession(kv *mvccpb.KeyValue) (*sessionInfo, error) {
 
 // CloseSession revokes the session's lease: all its holds are released in
 // one committed entry.
-func (a *Arbiter) CloseSession(ctx context.Context, identity string, id int64) error {
-	s, err := a.session(ctx, identity, id)
+func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id int64) error {
+	s, err := a.session(ctx, caller.String(), id)
 	if err != nil {
 		return err
 	}
@@ -330,7 +328,7 @@ type KeepAliveStream struct {
 }
 
 // OpenKeepAlive opens the etcd keepalive stream for one client stream.
-func (a *Arbiter) OpenKeepAlive(ctx context.Context, identity string) (*KeepAliveStream, error) {
+func (a *Arbiter) OpenKeepAlive(ctx context.Context, caller identity.Caller) (*KeepAliveStream, error) {
 	// Require a leader: a member cut off from the leader fails the stream
 	// instead of holding keepalives it cannot forward.
 	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -339,7 +337,7 @@ func (a *Arbiter) OpenKeepAlive(ctx context.Context, identity string) (*KeepAliv
 		cancel()
 		return nil, storeErr(ctx, err)
 	}
-	return &KeepAliveStream{a: a, identity: identity, s: s, ctx: sctx, cancel: cancel}, nil
+	return &KeepAliveStream{a: a, identity: caller.String(), s: s, ctx: sctx, cancel: cancel}, nil
 }
 
 // Send forwards one keepalive. ErrSessionNotFound means the session is not

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lockd-dev/lockd/internal/identity"
 )
 
 // ClassStats is what this arbiter has measured for one class since it
@@ -21,12 +23,13 @@ type ClassStats struct {
 	ExpiriesWithoutRelease uint64
 }
 
-// Stats returns per-class statistics for the namespaces identity has grants
+// Stats returns per-class statistics for the namespaces the caller has grants
 // in (all, for an operator). They are this arbiter's own, from its metrics.
-func (a *Arbiter) Stats(identity string) []ClassStats {
+func (a *Arbiter) Stats(caller identity.Caller) []ClassStats {
+	who := caller.String()
 	pol := a.policy.Load()
-	op := a.IsOperator(identity)
-	mine := pol.Authz.NamespacesOf(identity)
+	op := a.IsOperator(caller)
+	mine := pol.Authz.NamespacesOf(who)
 	visible := func(ns string) bool { return op || slices.Contains(mine, ns) }
 
 	expiries := map[string]uint64{}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -27,7 +28,7 @@ func TestStatsPerVisibleClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	find := func(id, ns string) (uint64, bool) {
-		for _, st := range env.Arbiter.Stats(id) {
+		for _, st := range env.Arbiter.Stats(identity.Workload(id)) {
 			if st.Namespace == ns && st.Class == "std" {
 				if st.P99 <= 0 || st.P50 > st.P99 {
 					t.Fatalf("%s/std latency p50 %s p99 %s", ns, st.P50, st.P99)

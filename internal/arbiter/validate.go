@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -117,17 +118,18 @@ func (l *validateLimits) allow(identity string, now time.Time) bool {
 //
 // The caller must be allowed to read the key (an operator, or an identity
 // granted a prefix of it). Calls are rate-limited per identity (ErrRateLimited).
-func (a *Arbiter) ValidateToken(ctx context.Context, identity, key string, tok uint64) (c TokenCheck, err error) {
+func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key string, tok uint64) (c TokenCheck, err error) {
+	who := caller.String()
 	ns := "-" // a namespace label only once the caller may read the key: labels stay bounded
 	defer func() { a.metrics.observeValidate(ns, c, err) }()
 	if err := lockkey.Validate(key); err != nil {
 		return TokenCheck{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}
-	if !a.mayRead(identity, key) {
+	if !a.mayRead(caller, key) {
 		return TokenCheck{}, authz.ErrDenied
 	}
 	ns = lockkey.Namespace(key)
-	if !a.validate.allow(identity, a.now()) {
+	if !a.validate.allow(who, a.now()) {
 		return TokenCheck{}, ErrRateLimited
 	}
 	att, err := a.readHold(ctx, holdKey(key))

@@ -24,13 +24,13 @@ const (
 	KindPauseTestResult = "PauseTestResult"
 )
 
-// TTL bounds.
+// TTL bounds of classes and of the sessions that hold their locks.
 const (
 	// DefaultTTL is the TTL of a class that does not set spec.ttl.
 	DefaultTTL = 15 * time.Second
-	// MinTTL is the smallest allowed TTL.
+	// MinTTL is the smallest allowed class or session TTL.
 	MinTTL = 5 * time.Second
-	// MaxTTL is the largest allowed TTL.
+	// MaxTTL is the largest allowed class or session TTL.
 	MaxTTL = 300 * time.Second
 	// MinAdvisoryTTL is the smallest allowed TTL of an advisory class.
 	MinAdvisoryTTL = 30 * time.Second

@@ -1,6 +1,7 @@
 // Package identity establishes who is calling lockd: it builds the mutual
-// TLS configurations for server and client and extracts the caller's SPIFFE
-// ID from a gRPC request context.
+// TLS configurations for server and client, extracts the caller's SPIFFE
+// ID from a gRPC request context, and defines Caller, the authenticated
+// caller the gRPC boundary hands to the arbiter.
 //
 // Authentication here only proves that the caller holds a certificate
 // issued by the configured CA and carrying a SPIFFE ID; it does not check
@@ -228,3 +229,61 @@ func (i insecureIdentity) GetRequestMetadata(context.Context, ...string) (map[st
 // RequireTransportSecurity implements credentials.PerRPCCredentials; it
 // reports false so the credentials work over plaintext connections.
 func (insecureIdentity) RequireTransportSecurity() bool { return false }
+
+// Kind says how a caller was authenticated.
+type Kind int
+
+// Caller kinds.
+const (
+	// KindWorkload is a workload, named by its SPIFFE ID.
+	KindWorkload Kind = iota + 1
+	// KindOperator is a person signed in with OIDC, verified by lockd.
+	KindOperator
+)
+
+// operatorPrefix marks an operator in the identity strings lockd records.
+const operatorPrefix = "oidc:"
+
+// Caller is who is calling lockd. Only the gRPC boundary builds one: from
+// the mTLS certificate (Extractor.Caller) or a verified operator token
+// (Operator).
+type Caller struct {
+	// Kind says how the caller was authenticated.
+	Kind Kind
+	// ID is a workload's SPIFFE ID or an operator's OIDC subject.
+	ID string
+	// Name is an operator's preferred_username (or subject).
+	Name string
+	// Via is the SPIFFE ID an operator's call came over.
+	Via string
+}
+
+// Workload is the caller with SPIFFE ID id.
+func Workload(id string) Caller { return Caller{Kind: KindWorkload, ID: id} }
+
+// Operator is a signed-in operator with OIDC subject and name, calling
+// over the workload identity via.
+func Operator(subject, name, via string) Caller {
+	return Caller{Kind: KindOperator, ID: subject, Name: name, Via: via}
+}
+
+// IsOperator reports whether c is a signed-in operator.
+func (c Caller) IsOperator() bool { return c.Kind == KindOperator }
+
+// String is the caller as lockd records and shows it: the SPIFFE ID, or
+// "oidc:" and the subject.
+func (c Caller) String() string {
+	if c.Kind == KindOperator {
+		return operatorPrefix + c.ID
+	}
+	return c.ID
+}
+
+// Caller is Identity as a workload Caller.
+func (e Extractor) Caller(ctx context.Context) (Caller, error) {
+	id, err := e.Identity(ctx)
+	if err != nil {
+		return Caller{}, err
+	}
+	return Workload(id.String()), nil
+}

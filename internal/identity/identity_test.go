@@ -339,3 +339,22 @@ func parseCert(t *testing.T, path string) *x509.Certificate {
 	require.NoError(t, err)
 	return cert
 }
+
+func TestCaller(t *testing.T) {
+	w := Workload(devID)
+	require.False(t, w.IsOperator())
+	require.Equal(t, devID, w.String(), "a workload is recorded as its SPIFFE ID")
+
+	op := Operator("ann-sub", "ann", devID)
+	require.True(t, op.IsOperator())
+	require.Equal(t, "oidc:ann-sub", op.String(), "an operator is recorded as oidc: and the subject")
+	require.Equal(t, Caller{Kind: KindOperator, ID: "ann-sub", Name: "ann", Via: devID}, op)
+
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}})
+	ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(InsecureIdentityHeader, devID))
+	c, err := Extractor{Insecure: true}.Caller(ctx)
+	require.NoError(t, err)
+	require.Equal(t, w, c)
+	_, err = Extractor{Insecure: true}.Caller(context.Background())
+	require.ErrorIs(t, err, ErrUnauthenticated)
+}

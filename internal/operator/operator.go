@@ -62,10 +62,6 @@ type Operator struct {
 	Name string
 }
 
-// ID is the operator's identity as lockd records it: "oidc:" and the
-// subject.
-func (o Operator) ID() string { return "oidc:" + o.Subject }
-
 // Verifier checks operator tokens.
 type Verifier struct {
 	cfg Config

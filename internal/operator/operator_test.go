@@ -11,6 +11,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/operator/operatortest"
 )
 
@@ -63,7 +64,7 @@ func TestVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want || got.ID() != "oidc:"+tt.want.Subject {
+			if got != tt.want || identity.Operator(got.Subject, got.Name, "").String() != "oidc:"+tt.want.Subject {
 				t.Fatalf("operator = %+v", got)
 			}
 		})

@@ -37,11 +37,11 @@ func (s *Server) ApproveForceRelease(ctx context.Context, req *lockv1.ApproveFor
 	if err != nil {
 		return nil, err
 	}
-	f, rec, err := s.arb.ApproveForceRelease(ctx, id, req.GetId())
+	ap, err := s.arb.ApproveForceRelease(ctx, id, req.GetId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &lockv1.ApproveForceReleaseResponse{ForceRelease: forceToProto(f), Approver: id, RecordKey: rec}, nil
+	return &lockv1.ApproveForceReleaseResponse{ForceRelease: forceToProto(ap.ForceRelease), Approver: id.String(), RecordKey: ap.RecordKey}, nil
 }
 
 // DenyForceRelease implements lock.v1.

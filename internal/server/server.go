@@ -51,13 +51,13 @@ type Server struct {
 // arbiter must be built with OIDCOperators.
 func (s *Server) RequireOperatorTokens(v *operator.Verifier) { s.opv = v }
 
-// operatorCaller is the identity of an admin call that changes state: the
-// verified OIDC operator ("oidc:<subject>") when tokens are required, the
-// caller's SPIFFE ID otherwise. The mTLS identity is required either way.
-func (s *Server) operatorCaller(ctx context.Context) (string, error) {
-	id, err := s.caller(ctx)
+// operatorCaller is the caller of an admin call that changes state: the
+// verified OIDC operator when tokens are required, the caller's SPIFFE
+// identity otherwise. The mTLS identity is required either way.
+func (s *Server) operatorCaller(ctx context.Context) (identity.Caller, error) {
+	via, err := s.caller(ctx)
 	if err != nil || s.opv == nil {
-		return id, err
+		return via, err
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	raw := ""
@@ -67,12 +67,12 @@ func (s *Server) operatorCaller(ctx context.Context) (string, error) {
 	op, err := s.opv.Verify(ctx, raw)
 	switch {
 	case errors.Is(err, operator.ErrMissingRole), errors.Is(err, operator.ErrNoMFA):
-		return "", status.Error(codes.PermissionDenied, err.Error())
+		return identity.Caller{}, status.Error(codes.PermissionDenied, err.Error())
 	case err != nil:
-		return "", status.Error(codes.Unauthenticated, err.Error())
+		return identity.Caller{}, status.Error(codes.Unauthenticated, err.Error())
 	}
-	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", id)
-	return op.ID(), nil
+	s.log.Info("operator call", "operator", op.Name, "subject", op.Subject, "via", via.String())
+	return identity.Operator(op.Subject, op.Name, via.ID), nil
 }
 
 // New returns a server for arb. ids says how callers are identified.
@@ -96,12 +96,12 @@ func (s *Server) Register(g *grpc.Server) {
 // Shutdown marks the health service as not serving.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-func (s *Server) caller(ctx context.Context) (string, error) {
-	id, err := s.ids.Identity(ctx)
+func (s *Server) caller(ctx context.Context) (identity.Caller, error) {
+	c, err := s.ids.Caller(ctx)
 	if err != nil {
-		return "", status.Error(codes.Unauthenticated, err.Error())
+		return identity.Caller{}, status.Error(codes.Unauthenticated, err.Error())
 	}
-	return id.String(), nil
+	return c, nil
 }
 
 // OpenSession implements lock.v1.
@@ -274,7 +274,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 		return nil, err
 	}
 	g, err := s.arb.Acquire(ctx, arbiter.AcquireRequest{
-		Identity: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
+		Caller: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
 		Wait: req.GetWait().AsDuration(),
 	})
 	if err != nil {
@@ -316,13 +316,13 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	if err != nil {
 		return nil, err
 	}
-	h, held, err := s.arb.Inspect(ctx, id, req.GetKey())
+	in, err := s.arb.Inspect(ctx, id, req.GetKey())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.InspectResponse{Held: held, Waiters: int32(h.Waiters)}
-	if held {
-		resp.Hold = holdProto(h)
+	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters)}
+	if in.Held {
+		resp.Hold = holdProto(in.Hold)
 	}
 	return resp, nil
 }
@@ -333,12 +333,12 @@ func (s *Server) ListHolds(ctx context.Context, req *lockv1.ListHoldsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	hs, truncated, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
+	list, err := s.arb.ListHolds(ctx, id, req.GetPrefix(), int(req.GetLimit()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.ListHoldsResponse{Truncated: truncated}
-	for _, h := range hs {
+	resp := &lockv1.ListHoldsResponse{Truncated: list.Truncated}
+	for _, h := range list.Holds {
 		resp.Holds = append(resp.Holds, holdProto(h))
 	}
 	return resp, nil
@@ -415,7 +415,7 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 		return nil, toStatus(err)
 	}
 	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
-		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id}, nil
+		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id.String()}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the

@@ -9,7 +9,7 @@
 //     linearized before it, and a holder's CanStart() returns true, and lockd
 //     releases a hold, only for the latest grant. A check that returned true
 //     for an older token after a newer grant is two holders at once.
-//   - The fenced register model, per key, over the reads and writes of the
+//   - The fenced store model, per key, over the reads and writes of the
 //     PostgreSQL row each key guards: a write presenting a token above the
 //     row's fence is accepted, one at or below it is rejected, and a read
 //     returns the last accepted write. An accepted stale write is the
@@ -22,7 +22,7 @@
 // taken to have expired silently); two holders at once show only when the
 // older holder later checks (or releases) and is told it still holds the key.
 // A holder that never checks again after a newer grant goes unseen by the
-// lock model; the register model still catches any write it gets accepted.
+// lock model; the store model still catches any write it gets accepted.
 // Refusals (a failed acquire, a check that returned false) are always legal:
 // the gate checks safety, not liveness or lease durations. An acquire whose
 // outcome is unknown is assumed to have granted nothing anyone used. Tokens
@@ -59,7 +59,7 @@ type Options struct {
 	// same bound.
 	Timeout time.Duration
 	// ArtifactsDir is where the HTML visualisations of failed models are
-	// written (lock.html, register.html); empty writes none.
+	// written (lock.html, store.html); empty writes none.
 	ArtifactsDir string
 	// Faults are drawn on the visualisation's timeline, in the history's
 	// monotonic time; worker-pause faults also exempt the paused worker's
@@ -110,15 +110,15 @@ type Result struct {
 	// gone before a later holder wrote; LateUnits lists those that were not.
 	GoneChecked int        `json:"gone_checked"`
 	LateUnits   []LateUnit `json:"late_units,omitempty"`
-	// LockModel and RegisterModel are the models' porcupine verdicts:
+	// LockModel and StoreModel are the models' porcupine verdicts:
 	// "Ok", "Illegal", or "Unknown" (timed out). Illegal wins over Unknown
 	// when different keys disagree.
-	LockModel     string `json:"lock_model"`
-	RegisterModel string `json:"register_model"`
+	LockModel  string `json:"lock_model"`
+	StoreModel string `json:"store_model"`
 	// DuplicateTokens lists tokens granted more than once.
 	DuplicateTokens []Duplicate `json:"duplicate_tokens,omitempty"`
 	// Violations counts the keys whose lock history is illegal, the keys
-	// whose register history is illegal, the duplicate tokens and the late
+	// whose store history is illegal, the duplicate tokens and the late
 	// units.
 	Violations int `json:"violations"`
 	// Inconclusive counts the keys, of either model, whose check timed out.
@@ -135,7 +135,7 @@ func (r Result) Passed() bool {
 	return r.Violations == 0 && r.Inconclusive == 0
 }
 
-// Run checks a history: the lock and register models per key and token
+// Run checks a history: the lock and store models per key and token
 // uniqueness. ops may be in any order. It returns an error for a malformed
 // history (an unknown kind or outcome, an operation without a key, a
 // completed operation without a return time or returning before its call)
@@ -159,7 +159,7 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 	})
 
 	keys := map[string]bool{}
-	var lockOps, regOps []porcupine.Operation
+	var lockOps, storeOps []porcupine.Operation
 	for _, op := range sorted {
 		res.Ops++
 		keys[op.Key] = true
@@ -200,10 +200,10 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 			}
 		case history.Read:
 			if op.Outcome == history.Ok {
-				regOps = append(regOps, operation(op))
+				storeOps = append(storeOps, operation(op))
 			}
 		case history.Write:
-			regOps = append(regOps, operation(op))
+			storeOps = append(storeOps, operation(op))
 		}
 	}
 	res.Keys = len(keys)
@@ -224,7 +224,7 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 		verdict *string
 	}{
 		{"lock", lockModel(), lockOps, &res.LockModel},
-		{"register", registerModel(), regOps, &res.RegisterModel},
+		{"store", storeModel(), storeOps, &res.StoreModel},
 	} {
 		v := checkModel(mc.name, mc.model, mc.ops, opt.Timeout)
 		*mc.verdict = string(v.result)

@@ -193,7 +193,7 @@ func TestRun(t *testing.T) {
 			lock: porcupine.Ok, reg: porcupine.Ok,
 		},
 
-		// Fenced register model.
+		// Fenced store model.
 		{
 			name: "stale write accepted",
 			ops: []history.Op{
@@ -349,8 +349,8 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.LockModel != string(tc.lock) || res.RegisterModel != string(tc.reg) {
-				t.Errorf("lock %s register %s, want %s %s", res.LockModel, res.RegisterModel, tc.lock, tc.reg)
+			if res.LockModel != string(tc.lock) || res.StoreModel != string(tc.reg) {
+				t.Errorf("lock %s store %s, want %s %s", res.LockModel, res.StoreModel, tc.lock, tc.reg)
 			}
 			if res.Violations != tc.violations {
 				t.Errorf("violations %d, want %d", res.Violations, tc.violations)
@@ -435,10 +435,10 @@ func TestVisualization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.LockModel != string(porcupine.Illegal) || res.RegisterModel != string(porcupine.Illegal) {
-		t.Fatalf("lock %s register %s, want Illegal Illegal", res.LockModel, res.RegisterModel)
+	if res.LockModel != string(porcupine.Illegal) || res.StoreModel != string(porcupine.Illegal) {
+		t.Fatalf("lock %s store %s, want Illegal Illegal", res.LockModel, res.StoreModel)
 	}
-	want := []string{filepath.Join(dir, "lock.html"), filepath.Join(dir, "register.html")}
+	want := []string{filepath.Join(dir, "lock.html"), filepath.Join(dir, "store.html")}
 	if strings.Join(res.Visualizations, ",") != strings.Join(want, ",") {
 		t.Fatalf("visualizations %v, want %v", res.Visualizations, want)
 	}
@@ -484,8 +484,8 @@ func TestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RegisterModel != string(porcupine.Unknown) || res.Inconclusive != 1 || res.Violations != 0 || res.Passed() {
-		t.Fatalf("register %s inconclusive %d violations %d", res.RegisterModel, res.Inconclusive, res.Violations)
+	if res.StoreModel != string(porcupine.Unknown) || res.Inconclusive != 1 || res.Violations != 0 || res.Passed() {
+		t.Fatalf("store %s inconclusive %d violations %d", res.StoreModel, res.Inconclusive, res.Violations)
 	}
 	if len(res.Details) != 1 || !strings.Contains(res.Details[0], "timed out") {
 		t.Errorf("details %q", res.Details)
@@ -517,8 +517,8 @@ func TestCounts(t *testing.T) {
 		t.Errorf("counts %+v, want %+v", got, want)
 	}
 	// The rejected write with a fresh token is a violation.
-	if res.RegisterModel != string(porcupine.Illegal) {
-		t.Errorf("register %s", res.RegisterModel)
+	if res.StoreModel != string(porcupine.Illegal) {
+		t.Errorf("store %s", res.StoreModel)
 	}
 }
 
@@ -552,7 +552,7 @@ func TestResultJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"ops", "grants", "keys", "lock_model", "register_model", "duplicate_tokens", "violations", "inconclusive", "details"} {
+	for _, k := range []string{"ops", "grants", "keys", "lock_model", "store_model", "duplicate_tokens", "violations", "inconclusive", "details"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON %s lacks %q", b, k)
 		}

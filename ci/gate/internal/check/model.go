@@ -83,8 +83,8 @@ func (s lockState) withForced(tok uint64, add bool) lockState {
 	return s
 }
 
-// registerState is one key's fenced register.
-type registerState struct {
+// storeState is one key's fenced store.
+type storeState struct {
 	fence uint64
 	value int64
 }
@@ -162,31 +162,31 @@ func lockStep(state, input, output interface{}) (bool, interface{}) {
 	return false, s
 }
 
-// registerModel is the fenced register's sequential specification, per key.
-func registerModel() porcupine.Model {
+// storeModel is the fenced store's sequential specification, per key.
+func storeModel() porcupine.Model {
 	return porcupine.Model{
 		Partition: partitionByKey,
-		Init:      func() interface{} { return registerState{} },
-		Step:      registerStep,
-		Equal:     func(a, b interface{}) bool { return a.(registerState) == b.(registerState) },
+		Init:      func() interface{} { return storeState{} },
+		Step:      storeStep,
+		Equal:     func(a, b interface{}) bool { return a.(storeState) == b.(storeState) },
 		Hash: func(s interface{}) uint64 {
-			st := s.(registerState)
+			st := s.(storeState)
 			return st.fence*0x9e3779b97f4a7c15 ^ uint64(st.value)
 		},
 		DescribeOperation: describeOp,
 		DescribeState: func(s interface{}) string {
-			st := s.(registerState)
+			st := s.(storeState)
 			return fmt.Sprintf("fence=%s value=%d", FormatToken(st.fence), st.value)
 		},
 		DescribeOperationMetadata: describeMetadata,
 	}
 }
 
-// registerStep: a write presenting a token above the fence must be accepted
+// storeStep: a write presenting a token above the fence must be accepted
 // and one at or below it must be rejected; an unknown write takes effect by
-// the same rule wherever it is linearized. A read must return the register.
-func registerStep(state, input, output interface{}) (bool, interface{}) {
-	s := state.(registerState)
+// the same rule wherever it is linearized. A read must return the stored fence and value.
+func storeStep(state, input, output interface{}) (bool, interface{}) {
+	s := state.(storeState)
 	in := input.(opInput)
 	out := output.(history.Outcome)
 	switch in.kind {
@@ -194,7 +194,7 @@ func registerStep(state, input, output interface{}) (bool, interface{}) {
 		accept := in.token > s.fence
 		next := s
 		if accept {
-			next = registerState{fence: in.token, value: in.value}
+			next = storeState{fence: in.token, value: in.value}
 		}
 		switch out {
 		case history.Ok:

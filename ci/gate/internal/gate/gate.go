@@ -1,6 +1,6 @@
 // Package gate is the release gate: it runs a 3-member etcd cluster, lockd
 // arbiters and worker processes as separate OS processes, injects faults
-// while the workers take locks and write a fenced register, and checks the
+// while the workers take locks and write a fenced store, and checks the
 // recorded history with Porcupine. One violation fails the gate.
 package gate
 
@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/check"
+	"github.com/lockd-dev/lockd/ci/gate/internal/fencedstore"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
-	"github.com/lockd-dev/lockd/ci/gate/internal/register"
 	"github.com/lockd-dev/lockd/ci/gate/internal/worker"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
@@ -60,9 +60,9 @@ type Options struct {
 	Workers   int
 	Arbiters  int
 	Keys      int
-	Register  string // auto, postgres, memory
+	Store     string // auto, postgres, memory
 	Postgres  string // an existing PostgreSQL URL (optional)
-	Fencing   bool   // false: the negative control, the register accepts stale tokens
+	Fencing   bool   // false: the negative control, the store accepts stale tokens
 	Broken    bool   // build lockd with the grant's absence compare removed
 	LateFence bool   // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
 	Expect    bool   // expect at least one violation (controls)
@@ -76,7 +76,7 @@ type Options struct {
 type Summary struct {
 	Seed       uint64         `json:"seed"`
 	Duration   string         `json:"duration"`
-	Register   string         `json:"register"`
+	Store      string         `json:"store"`
 	Fencing    bool           `json:"fencing"`
 	Broken     bool           `json:"brokenBuild"`
 	LateFence  bool           `json:"lateFence"`
@@ -103,7 +103,7 @@ type run struct {
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
 	workers  []*proc.Proc
-	regURL   string
+	storeURL string
 	rec      *history.Recorder // the gate's own operations (force-releases)
 	grantOf  []string          // each worker's identity, for the class files
 
@@ -187,12 +187,12 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		return err
 	}
 
-	// The fenced register.
+	// The fenced store.
 	keys := make([]string, o.Keys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/k%d", Namespace, i)
 	}
-	if err := r.startRegister(ctx, keys, s); err != nil {
+	if err := r.startStore(ctx, keys, s); err != nil {
 		return err
 	}
 
@@ -286,7 +286,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		w.Args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.proxies[i%len(r.arbiters)].Addr(),
 			"--identity", workerID(i), "--keys", strings.Join(keys, ","), "--class", Namespace + "/" + ClassName,
 			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
-			"--register", r.regURL, "--seed", strconv.FormatUint(o.Seed, 10)}
+			"--store", r.storeURL, "--seed", strconv.FormatUint(o.Seed, 10)}
 		if childWorker(i) {
 			w.Args = append(w.Args, "--child")
 		} else if slices.Contains(o.Faults, KindReentrant) {
@@ -301,10 +301,10 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	return nil
 }
 
-// startRegister starts the fenced register: a real PostgreSQL table, or the
-// in-process register served over HTTP.
-func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) error {
-	kind := r.o.Register
+// startStore starts the fenced store: a real PostgreSQL table, or the
+// in-process store served over HTTP.
+func (r *run) startStore(ctx context.Context, keys []string, s *Summary) error {
+	kind := r.o.Store
 	url := r.o.Postgres
 	if kind == "auto" {
 		kind = "memory"
@@ -312,7 +312,7 @@ func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) erro
 			kind = "postgres"
 		}
 	}
-	s.Register = kind
+	s.Store = kind
 	switch kind {
 	case "postgres":
 		if url == "" {
@@ -323,13 +323,13 @@ func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) erro
 			url = u
 			r.stopPG = stop
 		}
-		if err := register.SetupPostgres(ctx, url, keys, r.o.Fencing); err != nil {
+		if err := fencedstore.SetupPostgres(ctx, url, keys, r.o.Fencing); err != nil {
 			return err
 		}
-		r.regURL = url
-		r.logf("gate: fenced register: PostgreSQL table gate_register (fencing %v)", r.o.Fencing)
+		r.storeURL = url
+		r.logf("gate: fenced store: PostgreSQL table gate_store (fencing %v)", r.o.Fencing)
 	case "memory":
-		mem := register.NewMemory(r.o.Fencing)
+		mem := fencedstore.NewMemory(r.o.Fencing)
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
@@ -337,10 +337,10 @@ func (r *run) startRegister(ctx context.Context, keys []string, s *Summary) erro
 		srv := &http.Server{Handler: mem.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		r.stopMem = func() { _ = srv.Close() }
-		r.regURL = "http://" + l.Addr().String()
-		r.logf("gate: fenced register: in-process, served at %s (fencing %v)", r.regURL, r.o.Fencing)
+		r.storeURL = "http://" + l.Addr().String()
+		r.logf("gate: fenced store: in-process, served at %s (fencing %v)", r.storeURL, r.o.Fencing)
 	default:
-		return fmt.Errorf("%w: --register must be auto, postgres or memory, got %q", ErrUsage, kind)
+		return fmt.Errorf("%w: --store must be auto, postgres or memory, got %q", ErrUsage, kind)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ Examples:
   # The long mode before a release:
   go run ./ci/gate --duration 30m --faults all --seed 42
 
-  # Negative control: the register accepts stale tokens; must find a violation
+  # Negative control: the store accepts stale tokens; must find a violation
   go run ./ci/gate --duration 30s --faults worker-pause --fencing=false --expect-violation
 
   # A lockd whose grant skips the absence compare; must find a violation
@@ -52,9 +52,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
 	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
 	fs.IntVar(&o.Keys, "keys", 4, "keys the workers contend on")
-	fs.StringVar(&o.Register, "register", "auto", "fenced register: postgres, memory, or auto (postgres when installed)")
-	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the register (default: start one)")
-	fs.BoolVar(&o.Fencing, "fencing", true, "false: the register accepts writes without comparing tokens (negative control)")
+	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
+	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
+	fs.BoolVar(&o.Fencing, "fencing", true, "false: the store accepts writes without comparing tokens (negative control)")
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
 	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
@@ -102,8 +102,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	s, err := Run(ctx, o)
 	c := s.Check
-	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d register=%s fencing=%v\n",
-		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Register, s.Fencing)
+	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d store=%s fencing=%v\n",
+		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)

@@ -17,7 +17,7 @@ func (r *run) writeClasses(ttl time.Duration, drop int) error {
 			ids = append(ids, id)
 		}
 	}
-	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName, Resource: "gate-register", TTL: ttl}, ids)
+	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName, Resource: "gate-store", TTL: ttl}, ids)
 }
 
 func workerID(i int) string { return fmt.Sprintf("spiffe://gate.local/worker/%d", i) }

@@ -30,10 +30,10 @@ const (
 	// Check is the holder's CanStart() before a unit of work. Ok: true, the
 	// holder believes it still holds Token. Fail: false.
 	Check Kind = "check"
-	// Read reads the fenced register of Key. Ok: Fence and Value hold what
+	// Read reads the fenced store of Key. Ok: Fence and Value hold what
 	// was read.
 	Read Kind = "read"
-	// Write writes Value to the fenced register of Key presenting Token. Ok:
+	// Write writes Value to the fenced store of Key presenting Token. Ok:
 	// accepted. Fail: rejected (stale token).
 	Write Kind = "write"
 	// Release releases Token's hold. Ok: lockd released it. Fail: the hold

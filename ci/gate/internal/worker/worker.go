@@ -1,6 +1,6 @@
 // Package worker is one gate worker process: it loops over a small key
 // space, acquires a key from lockd (waiting in line), reads and writes the
-// key's fenced register with the lock's token, and releases; sometimes it
+// key's fenced store with the lock's token, and releases; sometimes it
 // holds long, sometimes it releases early. Every operation is recorded with
 // its call and return times and its outcome; a timeout is unknown, never
 // failed.
@@ -28,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockd-dev/lockd/ci/gate/internal/fencedstore"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
-	"github.com/lockd-dev/lockd/ci/gate/internal/register"
 	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -54,7 +54,7 @@ type Options struct {
 	Keys      []string
 	Class     string
 	History   string
-	Register  string // a postgres:// URL or the gate's http:// register
+	Store     string // a postgres:// URL or the gate's http:// store
 	Seed      uint64
 	Wait      time.Duration
 	Child     bool // run each unit of work as a supervised child process
@@ -71,7 +71,7 @@ func Run(args []string) error {
 	keys := fs.String("keys", "", "comma-separated keys")
 	fs.StringVar(&o.Class, "class", "", "lock class")
 	fs.StringVar(&o.History, "history", "", "history file")
-	fs.StringVar(&o.Register, "register", "", "register URL")
+	fs.StringVar(&o.Store, "store", "", "store URL")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed")
 	fs.DurationVar(&o.Wait, "wait", 3*time.Second, "acquire wait")
 	fs.BoolVar(&o.Child, "child", false, "run each unit of work as a supervised child")
@@ -89,7 +89,7 @@ type worker struct {
 	o   Options
 	rnd *rand.Rand
 	rec *history.Recorder
-	reg register.Register
+	reg fencedstore.Store
 	out *bufio.Writer
 	cli *client.Client
 	exe string
@@ -104,14 +104,14 @@ func (o Options) run(ctx context.Context) error {
 		return err
 	}
 	defer rec.Close()
-	var reg register.Register
-	if strings.HasPrefix(o.Register, "postgres") {
-		reg, err = register.OpenPostgres(ctx, o.Register)
+	var reg fencedstore.Store
+	if strings.HasPrefix(o.Store, "postgres") {
+		reg, err = fencedstore.OpenPostgres(ctx, o.Store)
 		if err != nil {
 			return err
 		}
 	} else {
-		reg = register.OpenHTTP(o.Register)
+		reg = fencedstore.OpenHTTP(o.Store)
 	}
 	defer reg.Close()
 	exe, err := os.Executable()
@@ -308,7 +308,7 @@ func (w *worker) release(l *client.Lock, key string, kind history.Kind) {
 }
 
 // work is one unit of work under the lock: check, then read; the last unit
-// also writes. The register accepts one write per token (fence < token), so
+// also writes. The store accepts one write per token (fence < token), so
 // a holder writes once, at the end of its hold. It reports whether the
 // holder may go on.
 func (w *worker) work(l *client.Lock, key string, tok uint64, last bool) bool {
@@ -325,7 +325,7 @@ func (w *worker) work(l *client.Lock, key string, tok uint64, last bool) bool {
 		// the write.
 		time.Sleep(time.Duration(30+w.rnd.IntN(40)) * time.Millisecond)
 	}
-	if !w.readRegister(w.rec, key) {
+	if !w.readStore(w.rec, key) {
 		return false
 	}
 	if !last {
@@ -333,10 +333,10 @@ func (w *worker) work(l *client.Lock, key string, tok uint64, last bool) bool {
 		return true
 	}
 	w.n++
-	return w.writeRegister(w.rec, key, tok, int64(w.o.ID+1)<<32|w.n)
+	return w.writeStore(w.rec, key, tok, int64(w.o.ID+1)<<32|w.n)
 }
 
-func (w *worker) readRegister(rec *history.Recorder, key string) bool {
+func (w *worker) readStore(rec *history.Recorder, key string) bool {
 	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	op := rec.Begin(history.Read, key, 0, 0)
 	fence, value, err := w.reg.Read(rctx, key)
@@ -351,14 +351,14 @@ func (w *worker) readRegister(rec *history.Recorder, key string) bool {
 	return true
 }
 
-func (w *worker) writeRegister(rec *history.Recorder, key string, tok uint64, v int64) bool {
+func (w *worker) writeStore(rec *history.Recorder, key string, tok uint64, v int64) bool {
 	wctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	op := rec.Begin(history.Write, key, tok, v)
 	accepted, err := w.reg.Write(wctx, key, tok, v)
 	cancel()
 	switch {
 	case err != nil:
-		// Unknown even when the register says it was not sent: a write
+		// Unknown even when the store says it was not sent: a write
 		// recorded as rejected must have been compared and refused.
 		op.Err = err.Error()
 		rec.End(op, history.Unknown)
@@ -373,7 +373,7 @@ func (w *worker) writeRegister(rec *history.Recorder, key string, tok uint64, v 
 
 // childUnit runs the hold's unit of work as a child process under
 // lock.Supervision, the code `lockctl lock` runs: the child reads and
-// writes the register with the token from its environment, then goes on
+// writes the store with the token from its environment, then goes on
 // working for a while, ignoring SIGTERM. The supervisor's SIGKILL is
 // recorded as the child being gone.
 func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string, fence *lock.Fence) {
@@ -385,7 +385,7 @@ func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string, fenc
 	if w.rnd.IntN(3) == 0 {
 		think = time.Duration(6000+w.rnd.IntN(4000)) * time.Millisecond
 	}
-	cmd := exec.Command(w.exe, "child", "--key", key, "--register", w.o.Register, "--id", strconv.Itoa(id),
+	cmd := exec.Command(w.exe, "child", "--key", key, "--store", w.o.Store, "--id", strconv.Itoa(id),
 		"--history", strings.TrimSuffix(w.o.History, ".jsonl")+fmt.Sprintf("-child-%d.jsonl", w.children),
 		"--think", think.String(), "--value", strconv.FormatInt(int64(w.o.ID+1)<<32|int64(w.children)<<16, 10))
 	cmd.Env = append(os.Environ(), "LOCK_TOKEN="+strconv.FormatUint(l.Token(), 10))
@@ -408,7 +408,7 @@ func (w *worker) childUnit(ctx context.Context, l *client.Lock, key string, fenc
 func RunChild(args []string) error {
 	fs := flag.NewFlagSet("child", flag.ContinueOnError)
 	key := fs.String("key", "", "key")
-	reg := fs.String("register", "", "register URL")
+	reg := fs.String("store", "", "store URL")
 	id := fs.Int("id", 0, "history worker id")
 	path := fs.String("history", "", "history file")
 	think := fs.Duration("think", time.Second, "how long the unit goes on after its write")
@@ -426,18 +426,18 @@ func RunChild(args []string) error {
 		return err
 	}
 	defer rec.Close()
-	var r register.Register
+	var r fencedstore.Store
 	if strings.HasPrefix(*reg, "postgres") {
-		if r, err = register.OpenPostgres(context.Background(), *reg); err != nil {
+		if r, err = fencedstore.OpenPostgres(context.Background(), *reg); err != nil {
 			return err
 		}
 	} else {
-		r = register.OpenHTTP(*reg)
+		r = fencedstore.OpenHTTP(*reg)
 	}
 	defer r.Close()
 	w := &worker{reg: r}
-	if w.readRegister(rec, *key) {
-		w.writeRegister(rec, *key, tok, *value)
+	if w.readStore(rec, *key) {
+		w.writeStore(rec, *key, tok, *value)
 	}
 	time.Sleep(*think)
 	rec.Instant(history.Gone, *key, tok, "exited")

@@ -3,7 +3,6 @@ package register
 
 import (
 	"context"
-	"math"
 	"strconv"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/internal/riskregister"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -37,8 +37,8 @@ func NewCmdRegister(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comman
 			List the advisory classes lockd has loaded: classes whose resource does not
 			check fencing tokens, so a paused or partitioned holder can overlap the
 			next one. For each, it shows who owns that risk, when the waiver lapses and
-			how many days are left. Less than 30 days shows in yellow; a lapsed waiver
-			shows in red.
+			how many days are left. A waiver lapsing within 30 days shows in yellow; a
+			lapsed one shows in red (the rule class-lint register and lockd apply).
 
 			You see the namespaces you have grants in; operators see all of them.
 		`),
@@ -77,18 +77,20 @@ type Entry struct {
 // View is the register.
 type View struct {
 	Advisory []Entry `json:"advisory"`
+
+	now time.Time // what DaysLeft and the table's colours count from
 }
 
 // NewView keeps the advisory classes of a ListClassesResponse.
 func NewView(now time.Time, r *lockv1.ListClassesResponse) *View {
-	v := &View{Advisory: []Entry{}}
+	v := &View{Advisory: []Entry{}, now: now}
 	for _, c := range r.GetClasses() {
 		if c.GetEnforcement() != "advisory" {
 			continue
 		}
 		exp := cmdutil.Time(c.GetWaiverExpires())
 		v.Advisory = append(v.Advisory, Entry{Namespace: c.GetNamespace(), Class: c.GetName(), Purpose: c.GetPurpose(),
-			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: int(math.Floor(exp.Sub(now).Hours() / 24))})
+			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: riskregister.DaysLeft(exp, now)})
 	}
 	return v
 }
@@ -98,10 +100,10 @@ func (v *View) WriteTable(t *printer.Table) {
 	t.Header("NAMESPACE", "CLASS", "PURPOSE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT")
 	for _, e := range v.Advisory {
 		left := printer.Cell{Text: strconv.Itoa(e.DaysLeft)}
-		switch {
-		case e.DaysLeft < 0:
+		switch riskregister.WaiverStatus(e.WaiverExpires, v.now) {
+		case riskregister.StatusExpired:
 			left.Style = printer.Red
-		case e.DaysLeft < 30:
+		case riskregister.StatusExpiring:
 			left.Style = printer.Yellow
 		}
 		t.RowCells(printer.Cell{Text: e.Namespace}, printer.Cell{Text: e.Class}, printer.Cell{Text: e.Purpose},

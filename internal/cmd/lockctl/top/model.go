@@ -108,15 +108,18 @@ func (m model) View() string {
 	if m.err != nil {
 		b.WriteString(bad.Render("refresh failed, retrying: "+m.err.Error()) + "\n")
 	}
-	b.WriteString(hdr.Render(fmt.Sprintf("%-14s %-22s %6s %8s %10s %13s %8s %10s %9s", "NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD", "GRANTS", "GRANT P99", "EXPIRIES")) + "\n")
+	b.WriteString(hdr.Render(padded(columnNames())) + "\n")
 	if m.snap == nil || len(m.snap.Classes) == 0 {
 		b.WriteString(dim.Render("no holds") + "\n")
 	} else {
 		for _, r := range m.snap.Classes {
-			line := fmt.Sprintf("%-14s %-22s %6d %8d %9.0f%% %13s %8d %10s %9d", r.Namespace, r.Class, r.Holds, r.Waiters, r.Ratio*100,
-				time.Duration(r.LongestHoldSeconds*float64(time.Second)).Round(time.Second), r.Grants,
-				time.Duration(r.GrantP99Seconds*float64(time.Second)), r.ExpiriesWithoutRelease)
-			if r.Ratio >= 0.5 {
+			cells := r.cells(func(d time.Duration) string { return d.Round(time.Second).String() })
+			texts := make([]string, len(cells))
+			for i, c := range cells {
+				texts[i] = c.Text
+			}
+			line := padded(texts)
+			if r.contended() {
 				line = bad.Render(line)
 			}
 			b.WriteString(line + "\n")
@@ -125,10 +128,23 @@ func (m model) View() string {
 	if m.hot && m.snap != nil {
 		b.WriteString("\n" + hdr.Render(fmt.Sprintf("%-32s %-22s %8s %8s  %s", "HOT KEY", "CLASS", "WAITERS", "AGE", "HOLDER")) + "\n")
 		for _, h := range m.snap.Hot {
-			b.WriteString(fmt.Sprintf("%-32s %-22s %8d %8s  %s\n", h.Key, h.Class, h.Waiters,
-				time.Duration(h.AgeSeconds*float64(time.Second)).Round(time.Second), h.Holder))
+			b.WriteString(fmt.Sprintf("%-32s %-22s %8d %8s  %s\n", h.Key, h.Class, h.Waiters, h.age(), h.Holder))
 		}
 	}
 	b.WriteString(dim.Render("\nq quit · s sort · enter hot keys · r refresh") + "\n")
 	return b.String()
+}
+
+// padded lays texts out in classColumns' widths, one space apart.
+func padded(texts []string) string {
+	parts := make([]string, len(texts))
+	for i, t := range texts {
+		c := classColumns[i]
+		if c.left {
+			parts[i] = fmt.Sprintf("%-*s", c.width, t)
+		} else {
+			parts[i] = fmt.Sprintf("%*s", c.width, t)
+		}
+	}
+	return strings.Join(parts, " ")
 }

@@ -133,18 +133,53 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 	return s
 }
 
-// WriteTable implements printer.Tabular: the classes, then the hot keys.
+// column is one column of the class table. The TUI pads it to width,
+// left- or right-aligned; the --once table sizes columns to their cells.
+type column struct {
+	name  string
+	width int
+	left  bool
+}
+
+// classColumns are the class table's columns, in the order of cells.
+var classColumns = []column{
+	{"NAMESPACE", 14, true}, {"CLASS", 22, true}, {"HOLDS", 6, false}, {"WAITERS", 8, false},
+	{"CONTENDED", 10, false}, {"LONGEST HOLD", 13, false}, {"GRANTS", 8, false}, {"GRANT P99", 10, false},
+	{"EXPIRIES", 9, false},
+}
+
+func columnNames() []string {
+	names := make([]string, len(classColumns))
+	for i, c := range classColumns {
+		names[i] = c.name
+	}
+	return names
+}
+
+// contended reports whether half or more of the class's holds have
+// waiters; such a row is shown in red.
+func (r ClassRow) contended() bool { return r.Ratio >= 0.5 }
+
+// cells is the one rendering of a class row, for the --once table and the
+// TUI alike; longest formats the longest hold.
+func (r ClassRow) cells(longest func(time.Duration) string) []printer.Cell {
+	ratio := printer.Cell{Text: fmt.Sprintf("%.0f%%", r.Ratio*100)}
+	if r.contended() {
+		ratio.Style = printer.Red
+	}
+	return []printer.Cell{{Text: r.Namespace}, {Text: r.Class}, {Text: fmt.Sprint(r.Holds)}, {Text: fmt.Sprint(r.Waiters)}, ratio,
+		{Text: longest(cmdutil.Duration(r.LongestHoldSeconds))}, {Text: fmt.Sprint(r.Grants)},
+		{Text: cmdutil.Duration(r.GrantP99Seconds).String()}, {Text: fmt.Sprint(r.ExpiriesWithoutRelease)}}
+}
+
+// age is how long the key has been held, to the second.
+func (h HotKey) age() time.Duration { return cmdutil.Duration(h.AgeSeconds).Round(time.Second) }
+
+// WriteTable implements printer.Tabular: the classes; the hot keys are notes.
 func (s *Snapshot) WriteTable(t *printer.Table) {
-	t.Header("NAMESPACE", "CLASS", "HOLDS", "WAITERS", "CONTENDED", "LONGEST HOLD", "GRANTS", "GRANT P99", "EXPIRIES")
+	t.Header(columnNames()...)
 	for _, r := range s.Classes {
-		c := printer.Cell{Text: fmt.Sprintf("%.0f%%", r.Ratio*100)}
-		if r.Ratio >= 0.5 {
-			c.Style = printer.Red
-		}
-		t.RowCells(printer.Cell{Text: r.Namespace}, printer.Cell{Text: r.Class}, printer.Cell{Text: fmt.Sprint(r.Holds)},
-			printer.Cell{Text: fmt.Sprint(r.Waiters)}, c, printer.Cell{Text: t.Duration(cmdutil.Duration(r.LongestHoldSeconds))},
-			printer.Cell{Text: fmt.Sprint(r.Grants)}, printer.Cell{Text: cmdutil.Duration(r.GrantP99Seconds).String()},
-			printer.Cell{Text: fmt.Sprint(r.ExpiriesWithoutRelease)})
+		t.RowCells(r.cells(t.Duration)...)
 	}
 	t.Empty("no holds")
 }
@@ -157,8 +192,7 @@ func (s *Snapshot) Notes() []string {
 	}
 	for _, h := range s.Hot {
 		if h.Waiters > 0 {
-			n = append(n, fmt.Sprintf("hot: %s (%s) held by %s for %s, %d waiting", h.Key, h.Class, h.Holder,
-				cmdutil.Duration(h.AgeSeconds).Round(time.Second), h.Waiters))
+			n = append(n, fmt.Sprintf("hot: %s (%s) held by %s for %s, %d waiting", h.Key, h.Class, h.Holder, h.age(), h.Waiters))
 		}
 	}
 	return n

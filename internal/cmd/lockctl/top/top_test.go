@@ -11,6 +11,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/golden"
 	"github.com/charmbracelet/x/exp/teatest"
 	"github.com/muesli/termenv"
 	"github.com/stretchr/testify/require"
@@ -152,4 +153,25 @@ func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
 	final := tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(model)
 	require.NoError(t, final.err, "the view still shows an error after lockd came back")
 	_, _ = io.Copy(io.Discard, out)
+}
+
+// TestOnceGolden prints the --once snapshot of the same data as
+// TestViewGolden in each table mode, so the two renderings stay one.
+func TestOnceGolden(t *testing.T) {
+	for _, m := range []struct {
+		name       string
+		tty, color bool
+	}{{"table-tty", true, false}, {"table-color", true, true}, {"table-piped", false, false}} {
+		t.Run(m.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			p := &printer.Printer{Format: printer.FormatTable, Out: &out, ErrOut: &errOut, TTY: m.tty, Color: m.color,
+				Now: func() time.Time { return at }}
+			require.NoError(t, p.Print(Build(at, sample, "", SortContention, 10)))
+			got := out.String()
+			if errOut.Len() > 0 {
+				got += "--- stderr ---\n" + errOut.String()
+			}
+			golden.RequireEqual(t, []byte(got))
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package register
+package fencedstore
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The PostgreSQL register is the table gate_register and the SQL function
+// The PostgreSQL store is the table gate_store and the SQL function
 // gate_write, both made by SetupPostgres. The fencing mode lives in
 // gate_write's body: fenced, its UPDATE has "AND fence < t"; unfenced, it
 // has no comparison. A worker calls "SELECT gate_write($1, $2, $3)" either
@@ -25,44 +25,44 @@ import (
 // rejected the write, and NULL if the key has no row.
 const (
 	sqlDropFunction = `DROP FUNCTION IF EXISTS gate_write(text, bigint, bigint)`
-	sqlDropTable    = `DROP TABLE IF EXISTS gate_register`
-	sqlCreateTable  = `CREATE TABLE gate_register (
+	sqlDropTable    = `DROP TABLE IF EXISTS gate_store`
+	sqlCreateTable  = `CREATE TABLE gate_store (
 	id    text   PRIMARY KEY,
 	value bigint NOT NULL,
 	fence bigint NOT NULL
 )`
-	sqlInsertKeys = `INSERT INTO gate_register (id, value, fence) SELECT k, 0, 0 FROM unnest($1::text[]) AS k`
+	sqlInsertKeys = `INSERT INTO gate_store (id, value, fence) SELECT k, 0, 0 FROM unnest($1::text[]) AS k`
 	// sqlCreateWrite is completed with the UPDATE's extra condition.
 	sqlCreateWrite = `CREATE FUNCTION gate_write(k text, t bigint, v bigint) RETURNS boolean
 LANGUAGE sql VOLATILE STRICT AS $body$
 	WITH u AS (
-		UPDATE gate_register SET value = v, fence = t WHERE id = k%s RETURNING 1
+		UPDATE gate_store SET value = v, fence = t WHERE id = k%s RETURNING 1
 	)
 	SELECT CASE
 		WHEN EXISTS (SELECT 1 FROM u) THEN true
-		WHEN EXISTS (SELECT 1 FROM gate_register WHERE id = k) THEN false
+		WHEN EXISTS (SELECT 1 FROM gate_store WHERE id = k) THEN false
 	END
 $body$`
 	fencedCondition = ` AND fence < t`
 	sqlComment      = `COMMENT ON FUNCTION gate_write(text, bigint, bigint) IS '%s'`
-	sqlCheckSetUp   = `SELECT to_regprocedure('gate_write(text, bigint, bigint)') IS NOT NULL AND to_regclass('gate_register') IS NOT NULL`
+	sqlCheckSetUp   = `SELECT to_regprocedure('gate_write(text, bigint, bigint)') IS NOT NULL AND to_regclass('gate_store') IS NOT NULL`
 	sqlWrite        = `SELECT gate_write($1, $2, $3)`
-	sqlRead         = `SELECT fence, value FROM gate_register WHERE id = $1`
+	sqlRead         = `SELECT fence, value FROM gate_store WHERE id = $1`
 )
 
 const (
-	// postgresPoolSize is the most connections one OpenPostgres register
+	// postgresPoolSize is the most connections one OpenPostgres store
 	// holds; each worker process opens its own.
 	postgresPoolSize = 4
 	// postgresConnectTimeout applies when the URL sets no connect_timeout.
 	postgresConnectTimeout = 10 * time.Second
 )
 
-// SetupPostgres (re)creates the register in the database at url: it drops
-// and recreates the table gate_register(id, value, fence) with one row per
+// SetupPostgres (re)creates the store in the database at url: it drops
+// and recreates the table gate_store(id, value, fence) with one row per
 // key at fence 0 and value 0, and the function gate_write whose body is the
 // fenced UPDATE (fenced true) or the unfenced one (fenced false), all in one
-// transaction. Run it before any worker opens the register.
+// transaction. Run it before any worker opens the store.
 func SetupPostgres(ctx context.Context, url string, keys []string, fenced bool) error {
 	cfg, err := parsePostgresURL(url)
 	if err != nil {
@@ -70,7 +70,7 @@ func SetupPostgres(ctx context.Context, url string, keys []string, fenced bool) 
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("register: setup: connect: %w", err)
+		return fmt.Errorf("fencedstore: setup: connect: %w", err)
 	}
 	defer closeConn(conn)
 
@@ -95,7 +95,7 @@ func SetupPostgres(ctx context.Context, url string, keys []string, fenced bool) 
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("register: setup: %w", err)
+		return fmt.Errorf("fencedstore: setup: %w", err)
 	}
 	return nil
 }
@@ -113,30 +113,30 @@ func uniqueKeys(keys []string) []string {
 	return out
 }
 
-// OpenPostgres opens the register that SetupPostgres made in the database
+// OpenPostgres opens the store that SetupPostgres made in the database
 // at url, with a small pool of connections. It fails with ErrNotSetUp if
-// the database has no register.
-func OpenPostgres(ctx context.Context, url string) (Register, error) {
+// the database has no store.
+func OpenPostgres(ctx context.Context, url string) (Store, error) {
 	cfg, err := parsePostgresURL(url)
 	if err != nil {
 		return nil, err
 	}
-	r := &postgresRegister{pool: newConnPool(cfg, postgresPoolSize)}
+	r := &postgresStore{pool: newConnPool(cfg, postgresPoolSize)}
 	conn, err := r.pool.acquire(ctx)
 	if err != nil {
 		r.pool.close()
-		return nil, fmt.Errorf("register: open: %w", err)
+		return nil, fmt.Errorf("fencedstore: open: %w", err)
 	}
 	var ok bool
 	err = conn.QueryRow(ctx, sqlCheckSetUp).Scan(&ok)
 	r.pool.release(conn, err != nil)
 	if err != nil {
 		r.pool.close()
-		return nil, fmt.Errorf("register: open: %w", err)
+		return nil, fmt.Errorf("fencedstore: open: %w", err)
 	}
 	if !ok {
 		r.pool.close()
-		return nil, fmt.Errorf("%w: no gate_register/gate_write (run SetupPostgres)", ErrNotSetUp)
+		return nil, fmt.Errorf("%w: no gate_store/gate_write (run SetupPostgres)", ErrNotSetUp)
 	}
 	return r, nil
 }
@@ -144,7 +144,7 @@ func OpenPostgres(ctx context.Context, url string) (Register, error) {
 func parsePostgresURL(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("register: postgres url: %w", err)
+		return nil, fmt.Errorf("fencedstore: postgres url: %w", err)
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = postgresConnectTimeout
@@ -152,15 +152,15 @@ func parsePostgresURL(url string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// postgresRegister is the Register over PostgreSQL.
-type postgresRegister struct {
+// postgresStore is the Store over PostgreSQL.
+type postgresStore struct {
 	pool *connPool
 }
 
-func (r *postgresRegister) Read(ctx context.Context, key string) (uint64, int64, error) {
+func (r *postgresStore) Read(ctx context.Context, key string) (uint64, int64, error) {
 	conn, err := r.pool.acquire(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("register: read %q: %w", key, err)
+		return 0, 0, fmt.Errorf("fencedstore: read %q: %w", key, err)
 	}
 	var fence, value int64
 	err = conn.QueryRow(ctx, sqlRead, key).Scan(&fence, &value)
@@ -171,18 +171,18 @@ func (r *postgresRegister) Read(ctx context.Context, key string) (uint64, int64,
 	case err != nil:
 		return 0, 0, classifyPostgres("read", key, err)
 	case fence < 0:
-		return 0, 0, fmt.Errorf("register: read %q: negative fence %d", key, fence)
+		return 0, 0, fmt.Errorf("fencedstore: read %q: negative fence %d", key, fence)
 	}
 	return uint64(fence), value, nil
 }
 
-func (r *postgresRegister) Write(ctx context.Context, key string, tok uint64, value int64) (bool, error) {
+func (r *postgresStore) Write(ctx context.Context, key string, tok uint64, value int64) (bool, error) {
 	if tok > MaxToken {
 		return false, fmt.Errorf("%w: write %q: token %d", ErrTokenRange, key, tok)
 	}
 	conn, err := r.pool.acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("register: write %q: %w", key, err)
+		return false, fmt.Errorf("fencedstore: write %q: %w", key, err)
 	}
 	var accepted *bool
 	err = conn.QueryRow(ctx, sqlWrite, key, int64(tok), value).Scan(&accepted)
@@ -196,7 +196,7 @@ func (r *postgresRegister) Write(ctx context.Context, key string, tok uint64, va
 	return *accepted, nil
 }
 
-func (r *postgresRegister) Close() error {
+func (r *postgresStore) Close() error {
 	r.pool.close()
 	return nil
 }
@@ -209,7 +209,7 @@ func (r *postgresRegister) Close() error {
 // it: unknown.
 func classifyPostgres(op, key string, err error) error {
 	if pgconn.SafeToRetry(err) {
-		return fmt.Errorf("register: %s %q: not sent: %w", op, key, err)
+		return fmt.Errorf("fencedstore: %s %q: not sent: %w", op, key, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -218,7 +218,7 @@ func classifyPostgres(op, key string, err error) error {
 			sev = pgErr.Severity
 		}
 		if strings.EqualFold(sev, "ERROR") {
-			return fmt.Errorf("register: %s %q: %w", op, key, err)
+			return fmt.Errorf("fencedstore: %s %q: %w", op, key, err)
 		}
 	}
 	return fmt.Errorf("%w: %s %q: %w", ErrUnknownOutcome, op, key, err)

@@ -1,4 +1,4 @@
-package register
+package fencedstore
 
 import (
 	"bytes"
@@ -15,10 +15,10 @@ import (
 	"time"
 )
 
-// Memory is an in-memory register for gate runs without PostgreSQL. It
+// Memory is an in-memory store for gate runs without PostgreSQL. It
 // lives in the gate process; Handler serves it to the worker processes,
 // which use OpenHTTP. Keys not yet written read as fence 0, value 0. Memory
-// is itself a Register, for use inside the gate process.
+// is itself a Store, for use inside the gate process.
 type Memory struct {
 	fenced bool
 
@@ -31,21 +31,21 @@ type cell struct {
 	value int64
 }
 
-var _ Register = (*Memory)(nil)
+var _ Store = (*Memory)(nil)
 
-// NewMemory returns an empty in-memory register. With fenced false every
+// NewMemory returns an empty in-memory store. With fenced false every
 // write is accepted: the negative control.
 func NewMemory(fenced bool) *Memory {
 	return &Memory{fenced: fenced, cells: map[string]cell{}}
 }
 
-// Fenced reports whether the register rejects writes with stale tokens.
+// Fenced reports whether the store rejects writes with stale tokens.
 func (m *Memory) Fenced() bool { return m.fenced }
 
 // Read returns the key's current fence and value.
 func (m *Memory) Read(ctx context.Context, key string) (uint64, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, 0, fmt.Errorf("register: read %q: %w", key, err)
+		return 0, 0, fmt.Errorf("fencedstore: read %q: %w", key, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -53,14 +53,14 @@ func (m *Memory) Read(ctx context.Context, key string) (uint64, int64, error) {
 	return c.fence, c.value, nil
 }
 
-// Write stores value and tok as the key's fence if the register is
+// Write stores value and tok as the key's fence if the store is
 // unfenced or tok is greater than the fence, and reports whether it did.
 func (m *Memory) Write(ctx context.Context, key string, tok uint64, value int64) (bool, error) {
 	if tok > MaxToken {
 		return false, fmt.Errorf("%w: write %q: token %d", ErrTokenRange, key, tok)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("register: write %q: %w", key, err)
+		return false, fmt.Errorf("fencedstore: write %q: %w", key, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -71,7 +71,7 @@ func (m *Memory) Write(ctx context.Context, key string, tok uint64, value int64)
 	return true, nil
 }
 
-// Close does nothing: the register lives as long as the gate process.
+// Close does nothing: the store lives as long as the gate process.
 func (m *Memory) Close() error { return nil }
 
 // The HTTP protocol. Tokens, fences and values travel as decimal strings so
@@ -94,7 +94,7 @@ type (
 // maxRequestBody bounds a write request's body.
 const maxRequestBody = 64 << 10
 
-// Handler serves the register over HTTP:
+// Handler serves the store over HTTP:
 //
 //	GET  /read?key=K                                 → {"fence":"F","value":"V"}
 //	POST /write {"key":"K","token":"T","value":"V"}  → {"accepted":true|false}
@@ -148,15 +148,15 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// HTTPTimeout bounds each request of an OpenHTTP register, on top of the
+// HTTPTimeout bounds each request of an OpenHTTP store, on top of the
 // caller's context.
 const HTTPTimeout = 10 * time.Second
 
-// OpenHTTP returns a Register that uses the in-memory register served by
+// OpenHTTP returns a Store that uses the in-memory store served by
 // Handler at baseURL (e.g. "http://127.0.0.1:PORT"). A failure to connect is
 // definite; a timeout or a lost connection once the request may have been
 // sent is unknown (IsUnknown).
-func OpenHTTP(baseURL string) Register {
+func OpenHTTP(baseURL string) Store {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -164,14 +164,14 @@ func OpenHTTP(baseURL string) Register {
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     time.Minute,
 	}
-	return &httpRegister{
+	return &httpStore{
 		base:   strings.TrimRight(baseURL, "/"),
 		client: &http.Client{Transport: tr, Timeout: HTTPTimeout},
 	}
 }
 
-// httpRegister is the worker's side of Memory.Handler.
-type httpRegister struct {
+// httpStore is the worker's side of Memory.Handler.
+type httpStore struct {
 	base   string
 	client *http.Client
 
@@ -179,34 +179,34 @@ type httpRegister struct {
 	closed bool
 }
 
-func (h *httpRegister) Read(ctx context.Context, key string) (uint64, int64, error) {
+func (h *httpStore) Read(ctx context.Context, key string) (uint64, int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/read?key="+url.QueryEscape(key), nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("register: read %q: %w", key, err)
+		return 0, 0, fmt.Errorf("fencedstore: read %q: %w", key, err)
 	}
 	var resp readResponse
 	if err := h.do(req, &resp); err != nil {
-		return 0, 0, fmt.Errorf("register: read %q: %w", key, err)
+		return 0, 0, fmt.Errorf("fencedstore: read %q: %w", key, err)
 	}
 	return resp.Fence, resp.Value, nil
 }
 
-func (h *httpRegister) Write(ctx context.Context, key string, tok uint64, value int64) (bool, error) {
+func (h *httpStore) Write(ctx context.Context, key string, tok uint64, value int64) (bool, error) {
 	if tok > MaxToken {
 		return false, fmt.Errorf("%w: write %q: token %d", ErrTokenRange, key, tok)
 	}
 	body, err := json.Marshal(writeRequest{Key: key, Token: tok, Value: value})
 	if err != nil {
-		return false, fmt.Errorf("register: write %q: %w", key, err)
+		return false, fmt.Errorf("fencedstore: write %q: %w", key, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/write", bytes.NewReader(body))
 	if err != nil {
-		return false, fmt.Errorf("register: write %q: %w", key, err)
+		return false, fmt.Errorf("fencedstore: write %q: %w", key, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	var resp writeResponse
 	if err := h.do(req, &resp); err != nil {
-		return false, fmt.Errorf("register: write %q: %w", key, err)
+		return false, fmt.Errorf("fencedstore: write %q: %w", key, err)
 	}
 	return resp.Accepted, nil
 }
@@ -214,7 +214,7 @@ func (h *httpRegister) Write(ctx context.Context, key string, tok uint64, value 
 // do sends req and decodes a 200 answer into out. Its error wraps
 // ErrUnknownOutcome unless the request certainly was not applied: it could
 // not be sent (no connection), or the server refused it (4xx).
-func (h *httpRegister) do(req *http.Request, out any) error {
+func (h *httpStore) do(req *http.Request, out any) error {
 	h.mu.Lock()
 	closed := h.closed
 	h.mu.Unlock()
@@ -256,7 +256,7 @@ func isDialError(err error) bool {
 	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
-func (h *httpRegister) Close() error {
+func (h *httpStore) Close() error {
 	h.mu.Lock()
 	h.closed = true
 	h.mu.Unlock()

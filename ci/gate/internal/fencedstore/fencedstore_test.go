@@ -1,4 +1,4 @@
-package register
+package fencedstore
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/pgserver"
 )
 
-// step is one operation of a case table run against a fresh register whose
+// step is one operation of a case table run against a fresh store whose
 // key "k" is at fence 0, value 0.
 type step struct {
 	read     bool
@@ -37,9 +37,9 @@ func read(fence uint64, value int64) step {
 
 const near62 = uint64(1) << 62
 
-// registerCases are run on every backend; fenced selects the mode the
-// register must be set up in.
-var registerCases = []struct {
+// storeCases are run on every backend; fenced selects the mode the
+// store must be set up in.
+var storeCases = []struct {
 	name   string
 	fenced bool
 	steps  []step
@@ -82,7 +82,7 @@ var registerCases = []struct {
 	}},
 }
 
-func runSteps(t *testing.T, reg Register, steps []step) {
+func runSteps(t *testing.T, reg Store, steps []step) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
@@ -107,7 +107,7 @@ func runSteps(t *testing.T, reg Register, steps []step) {
 }
 
 // checkTokenRange checks that a token above MaxToken is a definite error.
-func checkTokenRange(t *testing.T, reg Register) {
+func checkTokenRange(t *testing.T, reg Store) {
 	t.Helper()
 	_, err := reg.Write(context.Background(), "k", MaxToken+1, 1)
 	if !errors.Is(err, ErrTokenRange) || IsUnknown(err) {
@@ -116,7 +116,7 @@ func checkTokenRange(t *testing.T, reg Register) {
 }
 
 func TestMemoryDirect(t *testing.T) {
-	for _, c := range registerCases {
+	for _, c := range storeCases {
 		t.Run(c.name, func(t *testing.T) {
 			m := NewMemory(c.fenced)
 			runSteps(t, m, c.steps)
@@ -126,7 +126,7 @@ func TestMemoryDirect(t *testing.T) {
 }
 
 func TestMemoryHTTP(t *testing.T) {
-	for _, c := range registerCases {
+	for _, c := range storeCases {
 		t.Run(c.name, func(t *testing.T) {
 			srv := httptest.NewServer(NewMemory(c.fenced).Handler())
 			defer srv.Close()
@@ -254,7 +254,7 @@ func TestMemoryHTTPOutcomes(t *testing.T) {
 // parent is private to root.
 func postgresDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "register-pg-")
+	dir, err := os.MkdirTemp("", "fencedstore-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestPostgres(t *testing.T) {
 	})
 	t.Logf("PostgreSQL up at %s in %v", url, time.Since(start).Round(time.Millisecond))
 
-	open := func(t *testing.T, keys []string, fenced bool) Register {
+	open := func(t *testing.T, keys []string, fenced bool) Store {
 		t.Helper()
 		if err := SetupPostgres(ctx, url, keys, fenced); err != nil {
 			t.Fatalf("SetupPostgres: %v", err)
@@ -295,7 +295,7 @@ func TestPostgres(t *testing.T) {
 		return reg
 	}
 
-	for _, c := range registerCases {
+	for _, c := range storeCases {
 		t.Run(c.name, func(t *testing.T) {
 			reg := open(t, []string{"k", "other", "k"}, c.fenced)
 			runSteps(t, reg, c.steps)
@@ -363,7 +363,7 @@ func TestPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM gate_register WHERE id = 'k' FOR UPDATE"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM gate_store WHERE id = 'k' FOR UPDATE"); err != nil {
 			t.Fatal(err)
 		}
 		tctx, tcancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -383,7 +383,7 @@ func TestPostgres(t *testing.T) {
 			t.Fatalf("write with a cancelled context: %v, want definite error", err)
 		}
 
-		// The register still works after the broken connection.
+		// The store still works after the broken connection.
 		if ok, err := reg.Write(ctx, "k", 7, 7); err != nil || !ok {
 			t.Fatalf("write after unknown outcome = (%v, %v), want accepted", ok, err)
 		}

@@ -1,0 +1,83 @@
+package arbiter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// ErrInvalidConfig is wrapped by New's errors for a Config (or policy) it
+// cannot run with; each names the field and the rule. It is an ErrInvalid.
+var ErrInvalidConfig error = invalidConfig{}
+
+type invalidConfig struct{}
+
+func (invalidConfig) Error() string { return "arbiter: invalid config" }
+
+// Is makes ErrInvalidConfig match ErrInvalid, which New returned before.
+func (invalidConfig) Is(target error) bool { return target == ErrInvalid }
+
+// Zero-value defaults of Config.
+const (
+	defaultRequestTimeout = 5 * time.Second
+	defaultPollInterval   = time.Second
+	defaultEpochRefresh   = time.Second
+	defaultMaxEpochAge    = 3 * time.Second
+)
+
+// validate checks cfg and policy and returns every violation at once. Zero
+// values mean the default and are valid.
+func (cfg *Config) validate(policy *Policy) error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	if cfg.Client == nil {
+		add("Client", "required (the etcd client)")
+	}
+	if cfg.Leases == nil {
+		add("Leases", "required (the raw lease client keepalives are forwarded on)")
+	}
+	if policy == nil || policy.Classes == nil || policy.Authz == nil {
+		add("policy", "required (NewPolicy)")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"RequestTimeout", cfg.RequestTimeout}, {"PollInterval", cfg.PollInterval}, {"EpochRefresh", cfg.EpochRefresh}, {"MaxEpochAge", cfg.MaxEpochAge}} {
+		if d.v < 0 {
+			add(d.name, "must be positive, or zero for the default; got %s", d.v)
+		}
+	}
+	if refresh, age := orDefault(cfg.EpochRefresh, defaultEpochRefresh), orDefault(cfg.MaxEpochAge, defaultMaxEpochAge); refresh > 0 && age > 0 && refresh >= age {
+		add("EpochRefresh", "%s must be shorter than MaxEpochAge %s", refresh, age)
+	}
+	if cfg.MaxSessionsPerIdentity < 0 {
+		add("MaxSessionsPerIdentity", "must be positive, or zero for the default; got %d", cfg.MaxSessionsPerIdentity)
+	}
+	if cfg.MaxWaitersPerIdentity < 0 {
+		add("MaxWaitersPerIdentity", "must be positive, or zero for the default; got %d", cfg.MaxWaitersPerIdentity)
+	}
+	if r := cfg.ValidateRate; r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		add("ValidateRate", "must be a positive number of calls per second, or zero for the default; got %v", r)
+	}
+	if cfg.ValidateBurst < 0 {
+		add("ValidateBurst", "must be positive, or zero for the default; got %d", cfg.ValidateBurst)
+	}
+	for i, op := range cfg.Operators {
+		if _, err := spiffeid.FromString(op); err != nil {
+			add(fmt.Sprintf("Operators[%d]", i), "%q is not a SPIFFE ID: %v", op, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
