@@ -1,12 +1,14 @@
 package arbiter_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -83,7 +85,7 @@ func TestValidateToken(t *testing.T) {
 	var third *lockv1.AcquireResponse
 	for {
 		third, err = acquire(t.Context(), alice, openSession(t, alice, 15*time.Second), "t/validate", "std", 0)
-		if status.Code(err) != codes.Unavailable {
+		if !errors.Is(client.Decode(err), client.ErrEpochGrace) {
 			break
 		}
 		time.Sleep(time.Second)

@@ -71,6 +71,13 @@ func (f *Fence) Start(cmd *exec.Cmd, group bool) error {
 	return nil
 }
 
+// fired reports whether OnFence has run.
+func (f *Fence) fired() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fenced
+}
+
 // Done is closed when OnFence has run.
 func (f *Fence) Done() <-chan struct{} { return f.done }
 
@@ -148,17 +155,23 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 	}
 	defer stopTimers()
 	fenced := s.Fence.Done()
+	onFenced := func() {
+		// The Fence has already killed the command; say so.
+		fenced = nil
+		lost = s.Lock.Err()
+		stopTimers()
+		fmt.Fprintf(s.Stderr, "lockctl: lock %s lost while the command ran (%s): killed pid %d\n",
+			s.Lock.Key(), lostReason(lost), s.Cmd.Process.Pid)
+	}
 	for {
 		select {
 		case err := <-done:
+			if fenced != nil && s.Fence.fired() {
+				onFenced() // the kill can reach Wait before the fence's channel reaches us
+			}
 			return lost, err
 		case <-fenced:
-			// The Fence has already killed the command; say so.
-			fenced = nil
-			lost = s.Lock.Err()
-			stopTimers()
-			fmt.Fprintf(s.Stderr, "lockctl: lock %s lost while the command ran (%s): killed pid %d\n",
-				s.Lock.Key(), lostReason(lost), s.Cmd.Process.Pid)
+			onFenced()
 		case <-tick.C:
 			if lost != nil {
 				continue
