@@ -3,6 +3,7 @@ package arbiter_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -54,7 +56,7 @@ func TestForceReleaseNeedsTwoOperatorsAndIsOneTxn(t *testing.T) {
 	}
 
 	// The requester cannot approve their own request.
-	if _, err := op1.ApproveForceRelease(t.Context(), &lockv1.ApproveForceReleaseRequest{Id: fr.GetId()}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "different operator") {
+	if _, err := op1.ApproveForceRelease(t.Context(), &lockv1.ApproveForceReleaseRequest{Id: fr.GetId()}); status.Code(err) != codes.PermissionDenied || !errors.Is(client.Decode(err), client.ErrSamePerson) {
 		t.Fatalf("self-approval: %v", err)
 	}
 	if got, _ := env.Backend.Client.Get(t.Context(), "/l/t/stuck"); len(got.Kvs) != 1 {
@@ -119,7 +121,7 @@ func TestForceReleaseOfAChangedHoldReleasesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = op2.ApproveForceRelease(t.Context(), &lockv1.ApproveForceReleaseRequest{Id: req.GetForceRelease().GetId()})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "hold changed") {
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrHoldChanged) {
 		t.Fatalf("approval of a changed hold: %v", err)
 	}
 	got, _ := env.Backend.Client.Get(t.Context(), "/l/t/moved")

@@ -198,7 +198,7 @@ func TestLeakIsDistinctFromContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := acquire(t.Context(), alice, s2, "t/leak", "std", time.Second)
-	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "leak") {
+	if status.Code(err) != codes.AlreadyExists || !errors.Is(client.Decode(err), client.ErrLeak) {
 		t.Fatalf("same identity, other session: %v; want AlreadyExists leak", err)
 	}
 	_, err = acquire(t.Context(), bob, sb, "t/leak", "std", 0)

@@ -83,7 +83,7 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 	alice2, admin := env2.Raw(t, lockdtest.Alice)
 	sid2 := openSession(t, alice2, 15*time.Second)
 	_, err = acquire(t.Context(), alice2, sid2, "t/new", "std", 0)
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "sealed: epoch advance required") {
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrSealed) {
 		t.Fatalf("grant on a sealed store: %v", err)
 	}
 	rec := httptest.NewRecorder()
@@ -98,7 +98,7 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 
 	// A session that survived in the snapshot is not renewed while sealed:
 	// its holds may have been rolled back.
-	if ans, err := keepAliveOnce(t, alice2, sid); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "sealed") {
+	if ans, err := keepAliveOnce(t, alice2, sid); status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrSealed) {
 		t.Fatalf("keepalive on a sealed store = %v, %v; want FailedPrecondition sealed", ans, err)
 	}
 
@@ -107,7 +107,7 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 		t.Fatalf("advance request by a non-operator: %v", err)
 	}
 	_, opAdmin := env2.Raw(t, lockdtest.Operator)
-	if _, err := opAdmin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "two operators") {
+	if _, err := opAdmin.AdvanceEpoch(t.Context(), &lockv1.AdvanceEpochRequest{FromEpoch: 1, Reason: "restore"}); status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrNotOperator) || !strings.Contains(err.Error(), "two operators") {
 		t.Fatalf("one-person advance: %v", err)
 	}
 	self, err := opAdmin.RequestEpochAdvance(t.Context(), &lockv1.RequestEpochAdvanceRequest{FromEpoch: 1, Reason: "restore drill"})

@@ -2,6 +2,7 @@ package arbiter_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -502,7 +503,7 @@ func TestFollowersListAgainWhenTheStoreIsSwapped(t *testing.T) {
 	}
 	select {
 	case err := <-fenced:
-		if !strings.Contains(err.Error(), "force") {
+		if !errors.Is(err, client.ErrForced) {
 			t.Fatalf("lost with %v, want a force-release", err)
 		}
 	case <-time.After(15 * time.Second):
