@@ -113,17 +113,14 @@ spec:
 	if err := os.WriteFile(filepath.Join(tg.classesDir, "late", "classes.yaml"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var last error
 	lockdtest.WaitFor(t, 15*time.Second, "the new class is loaded", func() bool {
 		l, err := c.Acquire(t.Context(), "late/x", "late", func(*client.Lock) {})
 		if err != nil {
-			last = err
 			return false
 		}
 		_ = l.Release(t.Context())
 		return true
 	})
-	_ = last
 }
 
 // pingGap is longer than lockd's keepalive MinTime (5s) and far shorter
