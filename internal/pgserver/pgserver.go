@@ -1,5 +1,5 @@
 // Package pgserver starts a throwaway PostgreSQL cluster from the
-// machine's server binaries, for the release gate's register and for tests
+// machine's server binaries, for the release gate's fenced store and for tests
 // that need a real PostgreSQL. As root, initdb and pg_ctl run as the user
 // postgres.
 package pgserver

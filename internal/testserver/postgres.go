@@ -1,4 +1,4 @@
-// Package fencetest starts the real servers the fence tests write to: a
+// Package testserver starts the real servers the fence tests write to: a
 // throwaway PostgreSQL cluster and a throwaway MinIO server, each on a free
 // loopback port and stopped when the test ends. A missing server binary
 // fails the test with the command that installs it; nothing is skipped.
