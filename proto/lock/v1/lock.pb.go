@@ -1857,9 +1857,13 @@ type Hold struct {
 	// The fencing token; set only for operator identities.
 	Token *Token `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
 	// Waiters queued for this key on the answering arbiter.
-	Waiters       int32 `protobuf:"varint,8,opt,name=waiters,proto3" json:"waiters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Waiters int32 `protobuf:"varint,8,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// How long the holder's session has left by the store's clock (its lease's
+	// remaining TTL when the arbiter read it): how long a crashed holder can
+	// keep the key.
+	SessionTtlLeft *durationpb.Duration `protobuf:"bytes,9,opt,name=session_ttl_left,json=sessionTtlLeft,proto3" json:"session_ttl_left,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -1948,6 +1952,86 @@ func (x *Hold) GetWaiters() int32 {
 	return 0
 }
 
+func (x *Hold) GetSessionTtlLeft() *durationpb.Duration {
+	if x != nil {
+		return x.SessionTtlLeft
+	}
+	return nil
+}
+
+// Waiter is one Acquire waiting in line for a key on the answering arbiter.
+type Waiter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiter's SPIFFE ID.
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The waiter's session.
+	SessionId int64 `protobuf:"varint,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// How long it has waited so far.
+	Waited *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`
+	// Its place in line: 1 is next.
+	Position      int32 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Waiter) Reset() {
+	*x = Waiter{}
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Waiter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Waiter) ProtoMessage() {}
+
+func (x *Waiter) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
+func (*Waiter) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Waiter) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Waiter) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *Waiter) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+func (x *Waiter) GetPosition() int32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
 // InspectResponse describes the key.
 type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1956,14 +2040,16 @@ type InspectResponse struct {
 	// The hold, when held.
 	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
 	// Waiters queued on the answering arbiter (also when not held).
-	Waiters       int32 `protobuf:"varint,3,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters int32 `protobuf:"varint,3,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// The waiters in arrival order (the order they are granted in).
+	Queue         []*Waiter `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2061,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2074,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -2012,6 +2098,13 @@ func (x *InspectResponse) GetWaiters() int32 {
 	return 0
 }
 
+func (x *InspectResponse) GetQueue() []*Waiter {
+	if x != nil {
+		return x.Queue
+	}
+	return nil
+}
+
 // ListHoldsRequest names a prefix.
 type ListHoldsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2025,7 +2118,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2130,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2143,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListHoldsRequest) GetPrefix() string {
@@ -2080,7 +2173,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2185,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2198,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -2131,7 +2224,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2236,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2249,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 // Session describes one session.
@@ -2182,7 +2275,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2287,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2300,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Session) GetSessionId() int64 {
@@ -2270,7 +2363,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2375,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2388,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2314,7 +2407,7 @@ type EpochStatusRequest struct {
 
 func (x *EpochStatusRequest) Reset() {
 	*x = EpochStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2419,7 @@ func (x *EpochStatusRequest) String() string {
 func (*EpochStatusRequest) ProtoMessage() {}
 
 func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2432,7 @@ func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusRequest.ProtoReflect.Descriptor instead.
 func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 // EpochStatusResponse reports the epoch.
@@ -2370,7 +2463,7 @@ type EpochStatusResponse struct {
 
 func (x *EpochStatusResponse) Reset() {
 	*x = EpochStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2475,7 @@ func (x *EpochStatusResponse) String() string {
 func (*EpochStatusResponse) ProtoMessage() {}
 
 func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2488,7 @@ func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusResponse.ProtoReflect.Descriptor instead.
 func (*EpochStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EpochStatusResponse) GetEpoch() uint32 {
@@ -2467,7 +2560,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2572,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2585,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -2524,7 +2617,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2629,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2642,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -2592,7 +2685,7 @@ type RequestEpochAdvanceRequest struct {
 
 func (x *RequestEpochAdvanceRequest) Reset() {
 	*x = RequestEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2697,7 @@ func (x *RequestEpochAdvanceRequest) String() string {
 func (*RequestEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2710,7 @@ func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
@@ -2658,7 +2751,7 @@ type RequestEpochAdvanceResponse struct {
 
 func (x *RequestEpochAdvanceResponse) Reset() {
 	*x = RequestEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2763,7 @@ func (x *RequestEpochAdvanceResponse) String() string {
 func (*RequestEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2776,7 @@ func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RequestEpochAdvanceResponse) GetId() string {
@@ -2739,7 +2832,7 @@ type ApproveEpochAdvanceRequest struct {
 
 func (x *ApproveEpochAdvanceRequest) Reset() {
 	*x = ApproveEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2844,7 @@ func (x *ApproveEpochAdvanceRequest) String() string {
 func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2857,7 @@ func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ApproveEpochAdvanceRequest) GetId() string {
@@ -2789,7 +2882,7 @@ type ApproveEpochAdvanceResponse struct {
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
 	*x = ApproveEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +2894,7 @@ func (x *ApproveEpochAdvanceResponse) String() string {
 func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +2907,7 @@ func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
@@ -2861,7 +2954,7 @@ type ClassStatsRequest struct {
 
 func (x *ClassStatsRequest) Reset() {
 	*x = ClassStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +2966,7 @@ func (x *ClassStatsRequest) String() string {
 func (*ClassStatsRequest) ProtoMessage() {}
 
 func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +2979,7 @@ func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsRequest.ProtoReflect.Descriptor instead.
 func (*ClassStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 // ClassStatsResponse holds per-class statistics of the lockd answering.
@@ -2900,7 +2993,7 @@ type ClassStatsResponse struct {
 
 func (x *ClassStatsResponse) Reset() {
 	*x = ClassStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3005,7 @@ func (x *ClassStatsResponse) String() string {
 func (*ClassStatsResponse) ProtoMessage() {}
 
 func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3018,7 @@ func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsResponse.ProtoReflect.Descriptor instead.
 func (*ClassStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClassStatsResponse) GetStats() []*ClassStat {
@@ -2953,7 +3046,7 @@ type ClassStat struct {
 
 func (x *ClassStat) Reset() {
 	*x = ClassStat{}
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3058,7 @@ func (x *ClassStat) String() string {
 func (*ClassStat) ProtoMessage() {}
 
 func (x *ClassStat) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3071,7 @@ func (x *ClassStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStat.ProtoReflect.Descriptor instead.
 func (*ClassStat) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClassStat) GetNamespace() string {
@@ -3036,7 +3129,7 @@ type ValidateTokenRequest struct {
 
 func (x *ValidateTokenRequest) Reset() {
 	*x = ValidateTokenRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3141,7 @@ func (x *ValidateTokenRequest) String() string {
 func (*ValidateTokenRequest) ProtoMessage() {}
 
 func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3154,7 @@ func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ValidateTokenRequest) GetKey() string {
@@ -3096,7 +3189,7 @@ type ValidateTokenResponse struct {
 
 func (x *ValidateTokenResponse) Reset() {
 	*x = ValidateTokenResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3201,7 @@ func (x *ValidateTokenResponse) String() string {
 func (*ValidateTokenResponse) ProtoMessage() {}
 
 func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3214,7 @@ func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ValidateTokenResponse) GetValid() bool {
@@ -3265,7 +3358,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\x8f\x02\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xd4\x02\n" +
 	"\x04Hold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
@@ -3276,11 +3369,19 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"acquiredAt\x12+\n" +
 	"\x03age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12$\n" +
 	"\x05token\x18\a \x01(\v2\x0e.lock.v1.TokenR\x05token\x12\x18\n" +
-	"\awaiters\x18\b \x01(\x05R\awaiters\"b\n" +
+	"\awaiters\x18\b \x01(\x05R\awaiters\x12C\n" +
+	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\"\x92\x01\n" +
+	"\x06Waiter\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\x03R\tsessionId\x121\n" +
+	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12\x1a\n" +
+	"\bposition\x18\x04 \x01(\x05R\bposition\"\x89\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12!\n" +
 	"\x04hold\x18\x02 \x01(\v2\r.lock.v1.HoldR\x04hold\x12\x18\n" +
-	"\awaiters\x18\x03 \x01(\x05R\awaiters\"@\n" +
+	"\awaiters\x18\x03 \x01(\x05R\awaiters\x12%\n" +
+	"\x05queue\x18\x04 \x03(\v2\x0f.lock.v1.WaiterR\x05queue\"@\n" +
 	"\x10ListHoldsRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"V\n" +
@@ -3428,7 +3529,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -3460,107 +3561,111 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),             // 27: lock.v1.ReleaseResponse
 	(*InspectRequest)(nil),              // 28: lock.v1.InspectRequest
 	(*Hold)(nil),                        // 29: lock.v1.Hold
-	(*InspectResponse)(nil),             // 30: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),            // 31: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),           // 32: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),         // 33: lock.v1.ListSessionsRequest
-	(*Session)(nil),                     // 34: lock.v1.Session
-	(*ListSessionsResponse)(nil),        // 35: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),          // 36: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),         // 37: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),         // 38: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 39: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 40: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 41: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 42: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 43: lock.v1.ApproveEpochAdvanceResponse
-	(*ClassStatsRequest)(nil),           // 44: lock.v1.ClassStatsRequest
-	(*ClassStatsResponse)(nil),          // 45: lock.v1.ClassStatsResponse
-	(*ClassStat)(nil),                   // 46: lock.v1.ClassStat
-	(*ValidateTokenRequest)(nil),        // 47: lock.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil),       // 48: lock.v1.ValidateTokenResponse
-	(*timestamppb.Timestamp)(nil),       // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 50: google.protobuf.Duration
+	(*Waiter)(nil),                      // 30: lock.v1.Waiter
+	(*InspectResponse)(nil),             // 31: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 32: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 33: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 34: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 35: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 36: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 37: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 38: lock.v1.EpochStatusResponse
+	(*AdvanceEpochRequest)(nil),         // 39: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 40: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 41: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 42: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 43: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 44: lock.v1.ApproveEpochAdvanceResponse
+	(*ClassStatsRequest)(nil),           // 45: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 46: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 47: lock.v1.ClassStat
+	(*ValidateTokenRequest)(nil),        // 48: lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil),       // 49: lock.v1.ValidateTokenResponse
+	(*timestamppb.Timestamp)(nil),       // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 51: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	49, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	49, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	49, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	50, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	50, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	50, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	50, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	50, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	51, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	51, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	50, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	49, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	51, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	50, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	50, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	51, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	49, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	49, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	50, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	50, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	50, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	51, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
-	29, // 21: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	29, // 22: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	50, // 23: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	49, // 24: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	49, // 25: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	50, // 26: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	34, // 27: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	49, // 28: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	46, // 29: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	50, // 30: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	50, // 31: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 32: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	12, // 33: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 34: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 35: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 36: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 37: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 38: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 39: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	31, // 40: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	33, // 41: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 42: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	44, // 43: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	47, // 44: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	36, // 45: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	38, // 46: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	40, // 47: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	42, // 48: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 49: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 50: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 51: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 52: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 53: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 54: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 55: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 56: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 57: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 58: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	30, // 59: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	32, // 60: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	35, // 61: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 62: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	45, // 63: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	48, // 64: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	37, // 65: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	39, // 66: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	41, // 67: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	43, // 68: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 69: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 70: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 71: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 72: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	53, // [53:73] is the sub-list for method output_type
-	33, // [33:53] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	51, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	51, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	29, // 23: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	30, // 24: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
+	29, // 25: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	51, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	50, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	50, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	51, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	50, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 32: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	51, // 33: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	51, // 34: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 35: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	12, // 36: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 37: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 38: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 39: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 40: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 41: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 42: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 43: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	34, // 44: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 45: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	45, // 46: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	48, // 47: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 48: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 49: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	41, // 50: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	43, // 51: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 52: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 53: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 54: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 55: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 56: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 57: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 58: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 59: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 60: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 61: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 62: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 63: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	36, // 64: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 65: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	46, // 66: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	49, // 67: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 68: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	40, // 69: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	42, // 70: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	44, // 71: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 72: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 73: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 74: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 75: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	56, // [56:76] is the sub-list for method output_type
+	36, // [36:56] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -3574,7 +3679,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
