@@ -15,12 +15,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -237,9 +239,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	return d, nil
 }
 
-// writeDevLockctlConfig writes <data-dir>/lockctl.yaml with the dev
-// client's context and, the first time and without --operators, the two
-// dev operators' contexts.
+// writeDevLockctlConfig writes <data-dir>/lockctl.yaml, the first time,
+// with the dev client's context, the dev workers' contexts and, without
+// --operators, the two dev operators' contexts.
 func (d *Daemon) writeDevLockctlConfig(dataDir string, bundle *devpki.Bundle) error {
 	path := filepath.Join(dataDir, "lockctl.yaml")
 	addr := dialAddr(d.grpcLis.Addr())
@@ -250,12 +252,21 @@ func (d *Daemon) writeDevLockctlConfig(dataDir string, bundle *devpki.Bundle) er
 		Cert:   bundle.ClientCert,
 		Key:    bundle.ClientKey,
 	}}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && len(d.cfg.Operators) == 0 {
-		ops, err := devOperatorContexts(dataDir, addr, bundle.CACert, d.cfg.now())
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		ids := map[string]string{}
+		for i, w := range DevWorkers {
+			ids[fmt.Sprintf("dev-worker%d", i+1)] = w
+		}
+		if len(d.cfg.Operators) == 0 {
+			for i, op := range DevOperators {
+				ids[fmt.Sprintf("dev-op%d", i+1)] = op
+			}
+		}
+		more, err := devContexts(dataDir, addr, bundle.CACert, ids, d.cfg.now())
 		if err != nil {
 			return err
 		}
-		contexts = append(contexts, ops...)
+		contexts = append(contexts, more...)
 	}
 	wrote, err := writeLockctlConfig(path, clientconfig.Config{CurrentContext: "dev", Contexts: contexts})
 	if err != nil {
@@ -545,15 +556,21 @@ func operators(opts *Config, logger *slog.Logger) []string {
 	return DevOperators
 }
 
-// devOperatorContexts issues the dev operators' SVIDs into the dev PKI and
-// returns lockctl contexts for them ("dev-op1", "dev-op2").
-func devOperatorContexts(dataDir, server, ca string, now time.Time) ([]clientconfig.Context, error) {
+// DevWorkers are workload identities the development setup issues SVIDs
+// and lockctl contexts for ("dev-worker1", "dev-worker2"), so that two
+// workers can contend for a key the way two processes with their own
+// SPIFFE IDs do in production. classes/demo grants them demo/.
+var DevWorkers = []string{"spiffe://lockd.local/worker-1", "spiffe://lockd.local/worker-2"}
+
+// devContexts issues an SVID into the dev PKI for each context name's
+// identity and returns lockctl contexts for them, sorted by name.
+func devContexts(dataDir, server, ca string, ids map[string]string, now time.Time) ([]clientconfig.Context, error) {
+	names := slices.Sorted(maps.Keys(ids))
 	var out []clientconfig.Context
-	for i, op := range DevOperators {
-		name := fmt.Sprintf("dev-op%d", i+1)
-		cert, key, err := devpki.IssueSVID(filepath.Join(dataDir, "pki"), op, filepath.Join(dataDir, "pki", name), now)
+	for _, name := range names {
+		cert, key, err := devpki.IssueSVID(filepath.Join(dataDir, "pki"), ids[name], filepath.Join(dataDir, "pki", name), now)
 		if err != nil {
-			return nil, fmt.Errorf("dev operator %s: %w", op, err)
+			return nil, fmt.Errorf("dev identity %s: %w", ids[name], err)
 		}
 		out = append(out, clientconfig.Context{Name: name, Server: server, CA: ca, Cert: cert, Key: key})
 	}

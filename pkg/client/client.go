@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/identity"
@@ -212,10 +213,45 @@ func (c *Client) Close() error {
 // AcquireOption configures one Acquire.
 type AcquireOption func(*acquireOptions)
 
-type acquireOptions struct{ wait time.Duration }
+type acquireOptions struct {
+	wait     time.Duration
+	leak     bool
+	onLeaked func(LeakedHold)
+}
 
 // Wait waits up to d in line for the key (default: try once).
 func Wait(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.wait = d } }
+
+// WaitOutLeak makes an Acquire with a Wait also wait, within that wait,
+// for a hold of the key by this same identity under another session to
+// lapse, instead of failing at once with ErrLeak: the case of a process that
+// crashed and restarts under the same SPIFFE ID (a StatefulSet pod) before
+// its predecessor's session has expired. onLeaked, when set, is called once,
+// with what it waits for. If the hold is still there when the wait runs
+// out, Acquire fails with an error that matches both ErrWaitTimeout and
+// ErrLeak.
+//
+// The hold it waits for is only ever ended by lockd (its session lapses, or
+// it is released): nothing is taken from its holder. If the other session is
+// alive — two live processes sharing one identity — the wait never clears;
+// give each process its own SPIFFE ID.
+func WaitOutLeak(onLeaked func(LeakedHold)) AcquireOption {
+	return func(o *acquireOptions) { o.leak, o.onLeaked = true, onLeaked }
+}
+
+// LeakedHold is a hold of the key by the caller's own identity under
+// another session, as lockd's Inspect shows it.
+type LeakedHold struct {
+	Key string
+	// Session is the holding session; 0 when Inspect could not tell.
+	Session int64
+	// SessionTTLLeft is how long that session has left by the store's
+	// clock, if it is not renewed; 0 when unknown.
+	SessionTTLLeft time.Duration
+}
+
+// leakPoll is how often an Acquire waiting out a leaked hold asks again.
+const leakPoll = time.Second
 
 // acquireSlack is how much longer than the wait an Acquire RPC may take
 // when the caller's context has no earlier deadline: every call is bounded.
@@ -243,6 +279,78 @@ func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*L
 	for _, o := range opts {
 		o(&ao)
 	}
+	if !ao.leak || ao.wait <= 0 {
+		return c.acquire(ctx, key, class, onFence, ao.wait)
+	}
+	return c.acquireWaitingOutLeak(ctx, key, class, onFence, ao)
+}
+
+// acquireWaitingOutLeak is Acquire with WaitOutLeak: on ErrLeak it asks
+// again every leakPoll, with what is left of the wait, until the leaked
+// hold lapses or the wait runs out.
+func (c *Client) acquireWaitingOutLeak(ctx context.Context, key, class string, onFence func(*Lock), ao acquireOptions) (*Lock, error) {
+	deadline := time.Now().Add(ao.wait)
+	told := false
+	for {
+		l, err := c.acquire(ctx, key, class, onFence, max(time.Until(deadline), 0))
+		if !errors.Is(err, ErrLeak) {
+			return l, err
+		}
+		if !told && ao.onLeaked != nil {
+			ao.onLeaked(c.leakedHold(ctx, key))
+		}
+		told = true
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, &leakTimeoutError{wait: ao.wait, err: err}
+		}
+		t := time.NewTimer(min(leakPoll, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil, ErrClosed
+		case <-t.C:
+		}
+	}
+}
+
+// leakedHold asks lockd who holds key (best effort: zero fields when it
+// cannot tell).
+func (c *Client) leakedHold(ctx context.Context, key string) LeakedHold {
+	out := LeakedHold{Key: key}
+	ictx, cancel := context.WithTimeout(ctx, resolveAttemptTimeout)
+	defer cancel()
+	r, err := c.lock.Inspect(ictx, &lockv1.InspectRequest{Key: key})
+	if err != nil || !r.GetHeld() {
+		return out
+	}
+	out.Session = r.GetHold().GetSessionId()
+	out.SessionTTLLeft = r.GetHold().GetSessionTtlLeft().AsDuration()
+	return out
+}
+
+// leakTimeoutError: the wait ran out with the key still held by this
+// identity under another session.
+type leakTimeoutError struct {
+	wait time.Duration
+	err  error // lockd's LEAK refusal
+}
+
+func (e *leakTimeoutError) Error() string {
+	msg := e.err.Error()
+	if st, ok := status.FromError(e.err); ok {
+		msg = st.Message()
+	}
+	return fmt.Sprintf("%s (waited %s for it to lapse)", msg, e.wait)
+}
+
+func (e *leakTimeoutError) Unwrap() []error { return []error{ErrWaitTimeout, e.err} }
+
+// acquire is one Acquire (with its wait), without WaitOutLeak.
+func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*Lock), wait time.Duration) (*Lock, error) {
 	ttl, err := c.ttlOf(ctx, key, class)
 	if err != nil {
 		return nil, err
@@ -263,7 +371,7 @@ func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*L
 		if l != nil {
 			return l, nil // re-entrant: the hold is this session's already
 		}
-		l, err = c.grant(ctx, s, h, ao.wait, onFence)
+		l, err = c.grant(ctx, s, h, wait, onFence)
 		if err == nil {
 			return l, nil
 		}

@@ -51,16 +51,20 @@ func hintFor(err error, target string) string {
 		return unreachable
 	case errors.Is(err, client.ErrHeld):
 		return held
+	case errors.Is(err, client.ErrWaitTimeout) && errors.Is(err, client.ErrLeak):
+		return "the other session of this identity kept renewing: another live process uses the same SPIFFE ID; give each process its own (docs/classes.md), or stop the other one"
 	case errors.Is(err, client.ErrLeak):
 		return "this identity already holds the key under another session (a leaked hold, not contention): `lockctl inspect <key>` shows the session"
 	case errors.Is(err, client.ErrDenied):
 		return "your identity has no grant for this key or class: check the LockGrant for its namespace"
 	}
-	switch client.Reason(err) {
-	case reasonSamePerson:
+	switch {
+	case errors.Is(err, client.ErrSamePerson):
 		return "two people: a second operator must approve (lockctl --context <theirs> force-release approve <id>)"
-	case reasonNotOperator:
+	case errors.Is(err, client.ErrNotOperator):
 		return "this needs an operator identity: use a context whose certificate is an operator's (--context)"
+	}
+	switch client.Reason(err) {
 	case "":
 		switch status.Code(err) {
 		case codes.Unavailable:

@@ -10,16 +10,6 @@ import (
 	"github.com/lockd-dev/lockd/pkg/client"
 )
 
-// Reasons lockd sends that pkg/client has no sentinel for (lock.v1
-// ErrorReason names without the ERROR_REASON_ prefix).
-const (
-	// reasonNotOperator: the call needs an operator identity.
-	reasonNotOperator = "NOT_OPERATOR"
-	// reasonSamePerson: the approver of a two-person request is its
-	// requester.
-	reasonSamePerson = "SAME_PERSON"
-)
-
 // ExitCodeFor maps an error to lockctl's exit code (the table is
 // internal/cli's). An answer from lockd is mapped by the reason it gave,
 // never by its message; only an error without a reason (from the transport,
@@ -47,16 +37,16 @@ func exitCodeForRPC(err error) int {
 	switch {
 	case errors.Is(err, client.ErrSealed), errors.Is(err, client.ErrEpochGrace), errors.Is(err, client.ErrUnavailable):
 		return cli.ExitUnavailable
-	case errors.Is(err, client.ErrDenied):
+	case errors.Is(err, client.ErrDenied), errors.Is(err, client.ErrNotOperator), errors.Is(err, client.ErrSamePerson):
 		return cli.ExitNoPerm
-	case errors.Is(err, client.ErrHeld):
+	case errors.Is(err, client.ErrHeld), errors.Is(err, client.ErrWaitTimeout):
+		// Not granted within --wait, also when a leaked hold of this
+		// identity never lapsed (the error then says leak).
 		return cli.ExitTimeout
 	case errors.Is(err, client.ErrLeak):
 		return cli.ExitLeak
 	}
 	switch client.Reason(err) {
-	case reasonNotOperator, reasonSamePerson:
-		return cli.ExitNoPerm
 	case "":
 		switch status.Code(err) {
 		case codes.DeadlineExceeded:

@@ -209,7 +209,9 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(ctx, opts.Key, opts.Class, onFence, client.Wait(opts.Wait))
+		l, err := c.Acquire(ctx, opts.Key, opts.Class, onFence, client.Wait(opts.Wait), client.WaitOutLeak(func(h client.LeakedHold) {
+			fmt.Fprintln(opts.IO.ErrOut, leakedHoldLine(h, opts.Wait))
+		}))
 		done <- result{l, err}
 	}()
 	select {
@@ -296,4 +298,19 @@ func unwrapExec(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// leakedHoldLine is what lockctl says, once, when it waits out a hold of
+// its own identity under another session.
+func leakedHoldLine(h client.LeakedHold, wait time.Duration) string {
+	who := "another session"
+	if h.Session != 0 {
+		who = fmt.Sprintf("session %d", h.Session)
+	}
+	left := "an unknown time"
+	if h.SessionTTLLeft > 0 {
+		left = h.SessionTTLLeft.Round(100 * time.Millisecond).String()
+	}
+	return fmt.Sprintf("lockctl: %s is held by this same identity under %s (a previous run that crashed, or another process with this SPIFFE ID); "+
+		"it lapses in %s unless renewed: waiting up to %s", h.Key, who, left, wait)
 }
