@@ -30,6 +30,20 @@ type HoldInfo struct {
 	Epoch      uint32
 	Revision   int64
 	Waiters    int
+	// SessionTTLLeft is how long the holder's session has left by the
+	// store's clock: its lease's remaining TTL when the arbiter read it,
+	// zero when the lease is gone. Only Inspect sets it.
+	SessionTTLLeft time.Duration
+}
+
+// WaiterInfo is one waiter queued for a key on this arbiter.
+type WaiterInfo struct {
+	Identity string
+	Session  int64
+	// Waited is how long it has been queued, by the arbiter's clock.
+	Waited time.Duration
+	// Position is its place in line: 1 is next.
+	Position int
 }
 
 // mayRead reports whether caller may inspect key: operators read
@@ -45,6 +59,9 @@ type Inspection struct {
 	Hold HoldInfo
 	// Held reports whether anybody holds the key.
 	Held bool
+	// Queue are the waiters queued for the key on this arbiter, in arrival
+	// (grant) order; len(Queue) == Hold.Waiters.
+	Queue []WaiterInfo
 }
 
 // Inspect describes key.
@@ -64,16 +81,38 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return Inspection{}, err
 	}
-	info := HoldInfo{Key: key, Waiters: a.QueueLen(key)}
+	queue := a.queueInfo(key)
+	info := HoldInfo{Key: key, Waiters: len(queue)}
 	if len(resp.Kvs) == 0 {
-		return Inspection{Hold: info}, nil
+		return Inspection{Hold: info, Queue: queue}, nil
 	}
 	h, err := decodeHold(resp.Kvs[0])
 	if err != nil {
 		return Inspection{}, err
 	}
 	a.fillHold(&info, caller, h, resp.Kvs[0].ModRevision)
-	return Inspection{Hold: info, Held: true}, nil
+	if info.SessionTTLLeft, err = a.ttlLeft(ctx, resp.Kvs[0].Lease); err != nil {
+		return Inspection{}, err
+	}
+	return Inspection{Hold: info, Held: true, Queue: queue}, nil
+}
+
+// ttlLeft is the remaining TTL of lease by the store's clock, zero when the
+// lease is gone (the hold goes with it).
+func (a *Arbiter) ttlLeft(ctx context.Context, lease int64) (time.Duration, error) {
+	if lease == 0 {
+		return 0, nil
+	}
+	cctx, cancel := a.callCtx(ctx)
+	defer cancel()
+	resp, err := a.cli.TimeToLive(cctx, clientv3.LeaseID(lease))
+	if isLeaseNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, storeErr(ctx, err)
+	}
+	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
 }
 
 func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, h holdRecord, modRev int64) {

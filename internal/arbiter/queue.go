@@ -33,6 +33,7 @@ type waiter struct {
 	wake     chan struct{}   // cap 1: "you may be head, try"
 	done     chan waitResult // cap 1: set by a handoff (or a supersede)
 	state    int
+	queued   time.Time // when it joined the queue, by a.now(); set by enqueue
 }
 
 // holderHint is who held the key when this arbiter last looked (a refused
@@ -125,6 +126,7 @@ func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error 
 	if att.holderLease != 0 {
 		q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
 	}
+	w.queued = a.now()
 	q.waiters = append(q.waiters, w)
 	a.waiters[w.identity]++
 	if len(q.waiters) == 1 && !tried {
@@ -205,6 +207,23 @@ func (a *Arbiter) QueueLen(key string) int {
 		return len(q.waiters)
 	}
 	return 0
+}
+
+// queueInfo lists key's waiters queued on this arbiter in arrival order,
+// which is the order they are granted in.
+func (a *Arbiter) queueInfo(key string) []WaiterInfo {
+	now := a.now()
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	q := a.queues[key]
+	if q == nil {
+		return nil
+	}
+	out := make([]WaiterInfo, len(q.waiters))
+	for i, w := range q.waiters {
+		out[i] = WaiterInfo{Identity: w.identity, Session: w.session, Waited: now.Sub(w.queued), Position: i + 1}
+	}
+	return out
 }
 
 func (a *Arbiter) jitter() time.Duration {

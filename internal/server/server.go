@@ -299,6 +299,8 @@ func (s *Server) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 	return &lockv1.ReleaseResponse{Released: released}, nil
 }
 
+// holdProto is h on the wire. SessionTtlLeft is left to Inspect, the one
+// call that reads the holder's lease.
 func holdProto(h arbiter.HoldInfo) *lockv1.Hold {
 	out := &lockv1.Hold{
 		Key: h.Key, Holder: h.Holder, SessionId: h.Session, Class: h.Class,
@@ -323,6 +325,14 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters)}
 	if in.Held {
 		resp.Hold = holdProto(in.Hold)
+		// Only Inspect reads the lease (ListHolds leaves it unset); zero
+		// here means the lease is gone.
+		resp.Hold.SessionTtlLeft = durationpb.New(in.Hold.SessionTTLLeft)
+	}
+	for _, w := range in.Queue {
+		resp.Queue = append(resp.Queue, &lockv1.Waiter{
+			Identity: w.Identity, SessionId: w.Session, Waited: durationpb.New(w.Waited), Position: int32(w.Position),
+		})
 	}
 	return resp, nil
 }

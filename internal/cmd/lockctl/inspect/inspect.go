@@ -37,9 +37,12 @@ func NewCmdInspect(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		Use:   "inspect <key | prefix/>",
 		Short: "Show who holds a key, or every hold under a prefix",
 		Long: cmdutil.Doc(`
-			Show one key's hold: holder identity, session, class, when it was
-			acquired, its age and the waiters queued on the answering lockd. The
-			fencing token is shown only when lockd returns it (operator identities).
+			Show one key's hold: holder identity, session, how long the session has
+			left by the store's clock (how long a crashed holder can keep the key),
+			class, when it was acquired, its age and the waiters queued on the
+			answering lockd, in the order they will be granted (position 1 is next),
+			with how long each has waited. The fencing token is shown only when
+			lockd returns it (operator identities).
 
 			An argument ending in "/" is a prefix: every hold under it is listed, in
 			key order.

@@ -30,6 +30,19 @@ func TestPrintKey(t *testing.T) {
 		Held: true, Waiters: 0, Hold: hold("payments/ledger/migrate", 90*time.Second, &lockv1.Token{Value: 281474976710660, Epoch: 1, Revision: 4}),
 	}))
 	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0}))
+
+	queued := hold("payments/ledger/migrate", 3*time.Minute+12*time.Second+250*time.Millisecond, nil)
+	queued.SessionTtlLeft = durationpb.New(11 * time.Second)
+	golden.AssertPrinted(t, "key-held-queue", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
+		Held: true, Waiters: 2, Hold: queued, Queue: []*lockv1.Waiter{
+			{Position: 1, Identity: "spiffe://lockd.local/payments/reconciler", SessionId: 7587889412345679002, Waited: durationpb.New(41*time.Second + 500*time.Millisecond)},
+			{Position: 2, Identity: "spiffe://lockd.local/payments/backfill", SessionId: 7587889412345679117, Waited: durationpb.New(3*time.Second + 20*time.Millisecond)},
+		},
+	}))
+	// A holder whose lease is already gone: 0 left, not unknown.
+	gone := hold("payments/ledger/migrate", 20*time.Second, nil)
+	gone.SessionTtlLeft, gone.Waiters = durationpb.New(0), 0
+	golden.AssertPrinted(t, "key-held-lease-gone", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{Held: true, Hold: gone}))
 }
 
 func TestPrintHolds(t *testing.T) {

@@ -20,14 +20,26 @@ type TokenView struct {
 
 // HoldView is one hold.
 type HoldView struct {
-	Key        string     `json:"key"`
-	Holder     string     `json:"holder"`
-	SessionID  int64      `json:"session_id,string"`
-	Class      string     `json:"class"`
-	AcquiredAt time.Time  `json:"acquired_at"`
-	AgeSeconds float64    `json:"age_seconds"`
-	Waiters    int32      `json:"waiters"`
-	Token      *TokenView `json:"token,omitempty"`
+	Key       string `json:"key"`
+	Holder    string `json:"holder"`
+	SessionID int64  `json:"session_id,string"`
+	// SessionTTLLeftSeconds is how long the holder's session has left by
+	// the store's clock (0: its lease is gone). Only `inspect <key>` has it.
+	SessionTTLLeftSeconds *float64   `json:"session_ttl_left_seconds,omitempty"`
+	Class                 string     `json:"class"`
+	AcquiredAt            time.Time  `json:"acquired_at"`
+	AgeSeconds            float64    `json:"age_seconds"`
+	Waiters               int32      `json:"waiters"`
+	Token                 *TokenView `json:"token,omitempty"`
+}
+
+// WaiterView is one waiter in line for the key on the answering lockd.
+type WaiterView struct {
+	// Position is its place in line: 1 is next.
+	Position      int32   `json:"position"`
+	Identity      string  `json:"identity"`
+	SessionID     int64   `json:"session_id,string"`
+	WaitedSeconds float64 `json:"waited_seconds"`
 }
 
 // KeyView is `lockctl inspect <key>`.
@@ -36,6 +48,9 @@ type KeyView struct {
 	Held    bool      `json:"held"`
 	Waiters int32     `json:"waiters"`
 	Hold    *HoldView `json:"hold,omitempty"`
+	// Queue are the waiters in the order they will be granted; absent when
+	// nobody waits.
+	Queue []WaiterView `json:"queue,omitempty"`
 }
 
 // HoldsView is `lockctl inspect <prefix/>`.
@@ -50,6 +65,10 @@ func holdView(h *lockv1.Hold) HoldView {
 		Key: h.GetKey(), Holder: h.GetHolder(), SessionID: h.GetSessionId(), Class: h.GetClass(),
 		AcquiredAt: cmdutil.Time(h.GetAcquiredAt()), AgeSeconds: cmdutil.Seconds(h.GetAge()), Waiters: h.GetWaiters(),
 	}
+	if d := h.GetSessionTtlLeft(); d != nil {
+		s := cmdutil.Seconds(d)
+		v.SessionTTLLeftSeconds = &s
+	}
 	if t := h.GetToken(); t != nil {
 		v.Token = &TokenView{Value: t.GetValue(), Epoch: t.GetEpoch(), Revision: t.GetRevision()}
 	}
@@ -62,6 +81,11 @@ func NewKeyView(key string, r *lockv1.InspectResponse) *KeyView {
 	if r.GetHeld() && r.GetHold() != nil {
 		h := holdView(r.GetHold())
 		v.Hold = &h
+	}
+	for _, w := range r.GetQueue() {
+		v.Queue = append(v.Queue, WaiterView{
+			Position: w.GetPosition(), Identity: w.GetIdentity(), SessionID: w.GetSessionId(), WaitedSeconds: cmdutil.Seconds(w.GetWaited()),
+		})
 	}
 	return v
 }
@@ -92,6 +116,9 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 	if h := v.Hold; h != nil {
 		t.Field("Holder", printer.Cell{Text: h.Holder})
 		t.Field("Session", printer.Cell{Text: strconv.FormatInt(h.SessionID, 10)})
+		if h.SessionTTLLeftSeconds != nil {
+			t.Field("Session TTL left", printer.Cell{Text: t.Duration(cmdutil.Duration(*h.SessionTTLLeftSeconds))})
+		}
 		t.Field("Class", printer.Cell{Text: h.Class})
 		t.Field("Acquired", printer.Cell{Text: t.Time(h.AcquiredAt)})
 		t.Field("Age", printer.Cell{Text: t.Duration(cmdutil.Duration(h.AgeSeconds))})
@@ -100,6 +127,16 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 		}
 	}
 	t.Field("Waiters", printer.Cell{Text: strconv.Itoa(int(v.Waiters))})
+	// One line per waiter, in grant order: "Queue 1:  identity  session N
+	// waited D" on a terminal; "queue_1<TAB>identity<TAB>N<TAB>D" piped.
+	for _, w := range v.Queue {
+		session, waited := strconv.FormatInt(w.SessionID, 10), t.Duration(cmdutil.Duration(w.WaitedSeconds))
+		if t.IsTTY() {
+			session, waited = "session "+session, "waited "+waited
+		}
+		t.RowCells(printer.Cell{Text: "Queue " + strconv.Itoa(int(w.Position))}, printer.Cell{Text: w.Identity},
+			printer.Cell{Text: session}, printer.Cell{Text: waited})
+	}
 }
 
 // WriteTable implements printer.Tabular.
