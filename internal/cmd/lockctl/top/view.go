@@ -1,0 +1,323 @@
+package top
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
+	"github.com/lockd-dev/lockd/pkg/client"
+)
+
+// soonDefault is "expiring soon" for a session whose class TTL is unknown.
+const soonDefault = 5 * time.Second
+
+// View implements tea.Model.
+func (m model) View() string {
+	var b strings.Builder
+	b.WriteString(m.header() + "\n")
+	for _, l := range m.banners() {
+		b.WriteString(l + "\n")
+	}
+	switch {
+	case m.help:
+		b.WriteString(m.helpView())
+	case m.screen == screenKey:
+		b.WriteString(m.keyView())
+	case m.screen == screenKeys:
+		b.WriteString(m.keysView())
+	default:
+		b.WriteString(m.classesView())
+	}
+	b.WriteString("\n" + m.footer() + "\n")
+	return b.String()
+}
+
+func (m model) header() string {
+	crumb := ""
+	switch m.screen {
+	case screenKeys:
+		crumb = " › " + m.class
+	case screenKey:
+		crumb = " › " + m.class + " › " + m.key
+	}
+	at := "-"
+	if !m.at.IsZero() {
+		at = m.at.UTC().Format("15:04:05")
+	}
+	filter := ""
+	if m.filter != "" || m.typing {
+		filter = "  filter: " + m.filter
+	}
+	return m.st.title.Render("lockctl top"+crumb) + fmt.Sprintf("  every %s  sort: %s%s  at %s", m.interval, m.sortBy, filter, at)
+}
+
+// banners are the state lines under the header: sealed, epoch grace,
+// unreachable, a failed action, an action's outcome.
+func (m model) banners() []string {
+	var out []string
+	if m.snap != nil && m.snap.Sealed {
+		out = append(out, m.st.alarm.Render(" SEALED ")+" lockd refuses every grant until operators advance the epoch: "+
+			m.snap.SealedReason+" (lockctl epoch status)")
+	}
+	if client.Reason(m.err) == "EPOCH_GRACE" || client.Reason(m.actErr) == "EPOCH_GRACE" {
+		out = append(out, m.st.warn.Render(" EPOCH GRACE ")+" the epoch just advanced: grants resume once every old holder is fenced")
+	}
+	if m.err != nil {
+		last := "no data yet"
+		if !m.at.IsZero() {
+			last = "showing the last good data, from " + m.at.UTC().Format("15:04:05")
+		}
+		if unreachable(m.err) {
+			out = append(out, m.st.alarm.Render(" LOCKD UNREACHABLE ")+" "+last+"; retrying every "+m.interval.String()+": "+m.scrub(m.err))
+		} else {
+			out = append(out, m.st.warn.Render(" REFRESH FAILED ")+" "+last+"; retrying every "+m.interval.String()+": "+m.scrub(m.err))
+		}
+	}
+	if m.actErr != nil {
+		out = append(out, m.st.warn.Render(" FAILED ")+" "+m.scrub(m.actErr))
+	}
+	if m.notice != "" {
+		for _, l := range strings.Split(m.notice, "\n") {
+			out = append(out, m.st.ok.Render(l))
+		}
+	}
+	return out
+}
+
+// unreachable reports whether err means lockd did not answer at all.
+func unreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return client.Reason(err) == "" // UNAVAILABLE with a reason: lockd answered, its store did not
+	}
+	return false
+}
+
+// row renders one table line with the cursor gutter; hot and soon colour it.
+func (m model) row(line string, cursor, hot, soon bool) string {
+	style, mark := m.st.plain, "  "
+	if cursor {
+		style, mark = m.st.cursor, "> "
+	}
+	switch {
+	case hot && cursor:
+		style = m.st.hotCursor
+	case hot:
+		style = m.st.hot
+	case soon && cursor:
+		style = m.st.soonCursor
+	case soon:
+		style = m.st.soon
+	}
+	return mark + style.Render(line)
+}
+
+func (m model) classesView() string {
+	var b strings.Builder
+	b.WriteString("  " + m.st.hdr.Render(padded(columnNames())) + "\n")
+	if m.snap == nil || len(m.snap.Classes) == 0 {
+		b.WriteString(m.st.dim.Render("  no classes or holds you may see") + "\n")
+		return b.String()
+	}
+	for i, r := range m.snap.Classes {
+		cells := r.cells(func(d time.Duration) string { return d.Round(time.Second).String() })
+		texts := make([]string, len(cells))
+		for j, c := range cells {
+			texts[j] = c.Text
+		}
+		b.WriteString(m.row(padded(texts), i == m.classCur, r.Waiters > 0, false) + "\n")
+	}
+	cur := m.snap.Classes[m.classCur].Ref()
+	n := len(m.hist[cur])
+	b.WriteString(fmt.Sprintf("\n%s  samples: %d over %s (the last %d are kept)\n", m.st.title.Render(cur), n,
+		m.hist.span(cur).Round(time.Second), historyLen))
+	rate, p99, waiters := m.hist.grantRate(cur), m.hist.p99(cur), m.hist.waiters(cur)
+	b.WriteString(fmt.Sprintf("  %-10s %-*s %s\n", "grants/s", historyLen, sparkline(rate), lastf(rate, "%.1f/s")))
+	b.WriteString(fmt.Sprintf("  %-10s %-*s %s\n", "grant p99", historyLen, sparkline(p99), lastDur(p99)))
+	b.WriteString(fmt.Sprintf("  %-10s %-*s %s\n", "waiters", historyLen, sparkline(waiters), lastf(waiters, "%.0f")))
+	for _, n := range m.snap.Notes() {
+		if !strings.HasPrefix(n, "hot: ") && !strings.HasPrefix(n, "lockd is sealed") {
+			b.WriteString(m.st.dim.Render("  "+n) + "\n")
+		}
+	}
+	return b.String()
+}
+
+func lastf(vals []float64, format string) string {
+	if len(vals) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, vals[len(vals)-1])
+}
+
+func lastDur(vals []float64) string {
+	if len(vals) == 0 {
+		return "-"
+	}
+	return cmdutil.Duration(vals[len(vals)-1]).String()
+}
+
+const keysFormat = "%-40s %8s %8s %12s  %s"
+
+func (m model) keysView() string {
+	var b strings.Builder
+	b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf(keysFormat, "KEY", "WAITERS", "AGE", "SESSION LEFT", "HOLDER")) + "\n")
+	keys := m.keys()
+	if len(keys) == 0 {
+		b.WriteString(m.st.dim.Render("  no holds in this class") + "\n")
+		return b.String()
+	}
+	soonAt := m.soonAt(m.class)
+	for i, k := range keys {
+		left, soon := "-", false
+		if k.SessionTTLLeftSeconds != nil {
+			d := cmdutil.Duration(*k.SessionTTLLeftSeconds)
+			left, soon = d.Round(time.Second).String(), d < soonAt
+		}
+		line := fmt.Sprintf(keysFormat, k.Key, fmt.Sprint(k.Waiters), k.age(), left, k.Holder)
+		b.WriteString(m.row(line, i == m.keyCur, k.Waiters > 0, soon) + "\n")
+	}
+	return b.String()
+}
+
+// soonAt is when a session of class counts as expiring soon: under a third
+// of the class TTL, which a holder renewing every TTL/3 never reaches.
+func (m model) soonAt(class string) time.Duration {
+	if ttl := ClassTTLs(m.data)[class]; ttl > 0 {
+		return ttl / 3
+	}
+	return soonDefault
+}
+
+func (m model) keyView() string {
+	var b strings.Builder
+	field := func(name, value string) { b.WriteString(fmt.Sprintf("  %-14s %s\n", name, value)) }
+	if m.inspect == nil {
+		if m.inspectErr != nil {
+			b.WriteString("  " + m.st.warn.Render(" INSPECT FAILED ") + " " + m.scrub(m.inspectErr) + "\n")
+		} else {
+			b.WriteString(m.st.dim.Render("  inspecting "+m.key+" …") + "\n")
+		}
+		return b.String()
+	}
+	in := m.inspect
+	since := max(0, m.clock.Sub(m.inspectedAt))
+	field("key", m.key)
+	if !in.GetHeld() {
+		field("held", "no")
+	} else {
+		h := in.GetHold()
+		field("class", h.GetClass())
+		field("holder", fmt.Sprintf("%s (session %d)", h.GetHolder(), h.GetSessionId()))
+		field("held for", (h.GetAge().AsDuration() + since).Round(time.Second).String())
+		if h.GetSessionTtlLeft() == nil {
+			field("session left", "not reported by this lockd")
+		} else {
+			left := max(0, h.GetSessionTtlLeft().AsDuration()-since)
+			text := left.Round(time.Second).String() + " (counting down here from lockd's reading " +
+				since.Round(time.Second).String() + " ago; renewed by the holder's keepalives)"
+			if left < m.soonAt(h.GetClass()) {
+				text = m.st.soon.Render(text + " — expiring soon")
+			}
+			field("session left", text)
+		}
+	}
+	queue := in.GetQueue()
+	waiting := fmt.Sprintf("%d", in.GetWaiters())
+	if in.GetWaiters() > 0 {
+		waiting = m.st.hot.Render(waiting + " waiting, granted in this order:")
+	}
+	field("waiters", waiting)
+	if len(queue) > 0 {
+		b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf("%4s  %-40s %10s %10s", "#", "IDENTITY", "SESSION", "WAITED")) + "\n")
+		for _, w := range queue {
+			b.WriteString(fmt.Sprintf("  %4d  %-40s %10d %10s\n", w.GetPosition(), w.GetIdentity(), w.GetSessionId(),
+				(w.GetWaited().AsDuration() + since).Round(time.Second)))
+		}
+	} else if in.GetWaiters() > 0 {
+		b.WriteString(m.st.dim.Render("  (this lockd did not list the queue)") + "\n")
+	}
+	b.WriteString("  " + m.st.dim.Render("history: not available (lockd keeps no record of past grants)") + "\n")
+	if m.asking {
+		b.WriteString("\n  force-release " + m.key + ": reason: " + m.reason + "█\n")
+		b.WriteString(m.st.dim.Render("  enter requests it (a second operator must approve) · esc cancels") + "\n")
+	} else if m.pending {
+		b.WriteString("\n  " + m.st.dim.Render("requesting force-release of "+m.key+" …") + "\n")
+	}
+	return b.String()
+}
+
+// helpKeys is every key the console takes, for the ? overlay.
+var helpKeys = [][2]string{
+	{"↑/k ↓/j", "move the cursor (g/G: first/last)"},
+	{"enter", "open: a class's hottest keys, then a key's holder, session and waiters"},
+	{"esc/backspace", "back a level (on the class table: clear the filter)"},
+	{"/", "filter as you type (classes and keys containing the text); enter keeps it, esc clears it"},
+	{"s", "cycle the class sort: contention, holds, name"},
+	{"r", "refresh now"},
+	{"f", "on a key: request a force-release (asks for a reason; a second operator approves)"},
+	{"?", "this help (esc closes it)"},
+	{"q", "quit (ctrl+c also quits, even while typing)"},
+}
+
+func (m model) helpView() string {
+	var b strings.Builder
+	b.WriteString("  " + m.st.hdr.Render("keys") + "\n")
+	for _, k := range helpKeys {
+		b.WriteString(fmt.Sprintf("  %-14s %s\n", k[0], k[1]))
+	}
+	b.WriteString("\n  " + m.st.hdr.Render("colours and banners") + "\n")
+	for _, c := range []struct {
+		style lipgloss.Style
+		name  string
+		what  string
+	}{
+		{m.st.hot, "red", "waiters queued: contention"},
+		{m.st.soon, "yellow", "a holder's session has under a third of its class TTL left: expiring soon"},
+		{m.st.alarm, " SEALED ", "lockd refuses every grant until operators advance the epoch"},
+		{m.st.warn, " EPOCH GRACE ", "the epoch just advanced; grants resume once old holders are fenced"},
+		{m.st.alarm, " LOCKD UNREACHABLE ", "lockd did not answer: the data shown is the last good refresh"},
+		{m.st.warn, " REFRESH FAILED ", "lockd answered with an error: the data shown is the last good refresh"},
+	} {
+		b.WriteString("  " + c.style.Render(c.name) + strings.Repeat(" ", max(1, 20-len(c.name))) + c.what + "\n")
+	}
+	return b.String()
+}
+
+func (m model) footer() string {
+	if m.typing {
+		return "/" + m.filter + "█" + m.st.dim.Render("   enter keep · esc clear")
+	}
+	hints := "↑↓ move · enter open · / filter · s sort · ? help · q quit"
+	switch m.screen {
+	case screenKeys:
+		hints = "↑↓ move · enter key · esc back · / filter · ? help · q quit"
+	case screenKey:
+		hints = "f force-release · esc back · r refresh · ? help · q quit"
+	}
+	return m.st.dim.Render(hints)
+}
+
+// padded lays texts out in classColumns' widths, one space apart.
+func padded(texts []string) string {
+	parts := make([]string, len(texts))
+	for i, t := range texts {
+		c := classColumns[i]
+		if c.left {
+			parts[i] = fmt.Sprintf("%-*s", c.width, t)
+		} else {
+			parts[i] = fmt.Sprintf("%*s", c.width, t)
+		}
+	}
+	return strings.Join(parts, " ")
+}
