@@ -221,6 +221,18 @@ func TestConsoleDrillDown(t *testing.T) {
 		require.NotContains(t, v, "281474976710777", "never a token on screen")
 		golden.RequireEqual(t, []byte(v))
 	})
+	t.Run("key-from-a-lockd-without-queue-or-ttl", func(t *testing.T) {
+		src := newFake()
+		src.inspect["payments/ledger/1"] = &lockv1.InspectResponse{Held: true, Waiters: 3, Hold: &lockv1.Hold{
+			Key: "payments/ledger/1", Class: "payments/ledger-writes", Holder: "spiffe://example.org/w", Age: durationpb.New(time.Second)}}
+		tm := console(t, src, false)
+		keys(tm, "<enter><enter>")
+		waitOut(t, tm, "history: not available")
+		v := final(t, tm).View()
+		require.Contains(t, v, "3 waiting (this lockd does not list the queue)")
+		require.Contains(t, v, "session left   not reported by this lockd")
+		golden.RequireEqual(t, []byte(v))
+	})
 	t.Run("esc-back-to-keys", func(t *testing.T) {
 		tm := console(t, newFake(), false)
 		keys(tm, "j<enter><enter>")
@@ -441,4 +453,11 @@ func TestConsoleForceRelease(t *testing.T) {
 		m := final(t, tm)
 		require.False(t, m.asking)
 	})
+}
+
+func TestWrap(t *testing.T) {
+	require.Equal(t, []string{"aaa bbb ccc"}, wrap("aaa bbb ccc", 20), "fits")
+	require.Equal(t, []string{strings.Repeat("a", 20), "aaaaa b"}, wrap(strings.Repeat("a", 25)+" b", 20))
+	require.Equal(t, []string{"one two three four", "five"}, wrap("one two three four five", 20))
+	require.Equal(t, []string{""}, wrap("", 20))
 }

@@ -62,26 +62,34 @@ func (m model) header() string {
 // unreachable, a failed action, an action's outcome.
 func (m model) banners() []string {
 	var out []string
+	banner := func(style lipgloss.Style, badge, text string) {
+		lines := wrap(text, m.width-len(badge)-3)
+		out = append(out, style.Render(" "+badge+" ")+" "+lines[0])
+		for _, l := range lines[1:] {
+			out = append(out, strings.Repeat(" ", len(badge)+3)+l)
+		}
+	}
 	if m.snap != nil && m.snap.Sealed {
-		out = append(out, m.st.alarm.Render(" SEALED ")+" lockd refuses every grant until operators advance the epoch: "+
+		banner(m.st.alarm, "SEALED", "lockd refuses every grant until operators advance the epoch: "+
 			m.snap.SealedReason+" (lockctl epoch status)")
 	}
 	if client.Reason(m.err) == "EPOCH_GRACE" || client.Reason(m.actErr) == "EPOCH_GRACE" {
-		out = append(out, m.st.warn.Render(" EPOCH GRACE ")+" the epoch just advanced: grants resume once every old holder is fenced")
+		banner(m.st.warn, "EPOCH GRACE", "the epoch just advanced: grants resume once every old holder is fenced")
 	}
 	if m.err != nil {
 		last := "no data yet"
 		if !m.at.IsZero() {
 			last = "showing the last good data, from " + m.at.UTC().Format("15:04:05")
 		}
+		text := last + "; retrying every " + m.interval.String() + ": " + m.scrub(m.err)
 		if unreachable(m.err) {
-			out = append(out, m.st.alarm.Render(" LOCKD UNREACHABLE ")+" "+last+"; retrying every "+m.interval.String()+": "+m.scrub(m.err))
+			banner(m.st.alarm, "LOCKD UNREACHABLE", text)
 		} else {
-			out = append(out, m.st.warn.Render(" REFRESH FAILED ")+" "+last+"; retrying every "+m.interval.String()+": "+m.scrub(m.err))
+			banner(m.st.warn, "REFRESH FAILED", text)
 		}
 	}
 	if m.actErr != nil {
-		out = append(out, m.st.warn.Render(" FAILED ")+" "+m.scrub(m.actErr))
+		banner(m.st.warn, "FAILED", m.scrub(m.actErr))
 	}
 	if m.notice != "" {
 		for _, l := range strings.Split(m.notice, "\n") {
@@ -89,6 +97,32 @@ func (m model) banners() []string {
 		}
 	}
 	return out
+}
+
+// wrap breaks text into lines of at most width runes, at spaces where it
+// can.
+func wrap(text string, width int) []string {
+	width = max(width, 20)
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		for len([]rune(word)) > width {
+			if line != "" {
+				lines, line = append(lines, line), ""
+			}
+			r := []rune(word)
+			lines, word = append(lines, string(r[:width])), string(r[width:])
+		}
+		switch {
+		case line == "":
+			line = word
+		case len([]rune(line))+1+len([]rune(word)) <= width:
+			line += " " + word
+		default:
+			lines, line = append(lines, line), word
+		}
+	}
+	return append(lines, line)
 }
 
 // unreachable reports whether err means lockd did not answer at all.
@@ -234,8 +268,11 @@ func (m model) keyView() string {
 	}
 	queue := in.GetQueue()
 	waiting := fmt.Sprintf("%d", in.GetWaiters())
-	if in.GetWaiters() > 0 {
+	switch {
+	case len(queue) > 0:
 		waiting = m.st.hot.Render(waiting + " waiting, granted in this order:")
+	case in.GetWaiters() > 0:
+		waiting = m.st.hot.Render(waiting+" waiting") + " (this lockd does not list the queue)"
 	}
 	field("waiters", waiting)
 	if len(queue) > 0 {
@@ -244,8 +281,6 @@ func (m model) keyView() string {
 			b.WriteString(fmt.Sprintf("  %4d  %-40s %10d %10s\n", w.GetPosition(), w.GetIdentity(), w.GetSessionId(),
 				(w.GetWaited().AsDuration() + since).Round(time.Second)))
 		}
-	} else if in.GetWaiters() > 0 {
-		b.WriteString(m.st.dim.Render("  (this lockd did not list the queue)") + "\n")
 	}
 	b.WriteString("  " + m.st.dim.Render("history: not available (lockd keeps no record of past grants)") + "\n")
 	if m.asking {
