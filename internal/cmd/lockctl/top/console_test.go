@@ -461,3 +461,15 @@ func TestWrap(t *testing.T) {
 	require.Equal(t, []string{"one two three four", "five"}, wrap("one two three four five", 20))
 	require.Equal(t, []string{""}, wrap("", 20))
 }
+
+// TestRefreshKeepsOneTickChain: r refreshes at once without starting a
+// second refresh loop (each r used to add one).
+func TestRefreshKeepsOneTickChain(t *testing.T) {
+	m := newModel(newFake(), func() time.Time { return at }, time.Hour, "", SortContention, newStyles(false))
+	_, cmd := m.Update(fetchedMsg{at: at, data: sample, next: false})
+	require.Nil(t, cmd, "a refresh asked for with r schedules no tick")
+	_, cmd = m.Update(fetchedMsg{at: at, data: sample, next: true})
+	require.NotNil(t, cmd, "the tick chain's refresh schedules the next tick")
+	_, cmd = m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("r")})
+	require.False(t, cmd().(fetchedMsg).next)
+}

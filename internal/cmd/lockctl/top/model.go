@@ -68,6 +68,7 @@ type fetchedMsg struct {
 	at   time.Time
 	data Data
 	err  error
+	next bool // schedule the next refresh: only the tick chain does
 }
 
 type inspectedMsg struct {
@@ -95,13 +96,15 @@ func newModel(src Source, now func() time.Time, interval time.Duration, filter, 
 		hist: history{}, width: 100, clock: now()}
 }
 
-func (m model) refresh() tea.Cmd {
+// refresh fetches from lockd; next is set on the tick chain's own
+// refreshes, so an extra one (r) does not start a second chain.
+func (m model) refresh(next bool) tea.Cmd {
 	src, now := m.src, m.now
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		d, err := src.Fetch(ctx)
-		return fetchedMsg{at: now(), data: d, err: err}
+		return fetchedMsg{at: now(), data: d, err: err, next: next}
 	}
 }
 
@@ -135,7 +138,7 @@ func (m model) second() tea.Cmd {
 }
 
 // Init implements tea.Model.
-func (m model) Init() tea.Cmd { return tea.Batch(m.refresh(), m.second()) }
+func (m model) Init() tea.Cmd { return tea.Batch(m.refresh(true), m.second()) }
 
 // rebuild recomputes the snapshot from the last data with the current
 // filter and sort, keeping the cursors on the table.

@@ -22,6 +22,9 @@ func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.hist.add(msg.at, Build(msg.at, msg.data, "", SortName, 0).Classes)
 			m.rebuild()
 		}
+		if !msg.next {
+			return m, nil
+		}
 		return m, m.tick()
 	case inspectedMsg:
 		if msg.key == m.key {
@@ -41,9 +44,9 @@ func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 	case tickMsg:
 		if m.screen == screenKey {
-			return m, tea.Batch(m.refresh(), m.inspectKey())
+			return m, tea.Batch(m.refresh(true), m.inspectKey())
 		}
-		return m, m.refresh()
+		return m, m.refresh(true)
 	case clockMsg:
 		m.clock = time.Time(msg)
 		return m, m.second()
@@ -103,9 +106,9 @@ func (m model) onKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.rebuild()
 	case "r":
 		if m.screen == screenKey {
-			return m, tea.Batch(m.refresh(), m.inspectKey())
+			return m, tea.Batch(m.refresh(false), m.inspectKey())
 		}
-		return m, m.refresh()
+		return m, m.refresh(false)
 	case "enter", "right", "l":
 		return m.open()
 	case "esc", "backspace", "left", "h":
