@@ -2,50 +2,129 @@ package top
 
 import (
 	"context"
-	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
+
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// model is the contention view: a class table, the hottest keys on
-// demand, refreshed every interval. A failed refresh shows its error over
-// the last good snapshot and is retried at the next tick.
+// screen is which of the console's three views is shown.
+type screen int
+
+const (
+	screenClasses screen = iota // every class
+	screenKeys                  // one class's hottest keys
+	screenKey                   // one key: holder, session, waiters
+)
+
+// keysShown is how many of a class's hottest keys the console lists.
+const keysShown = 20
+
+// model is the console: a class table, a class's hottest keys, one key's
+// detail, refreshed every interval. A failed refresh shows its error in the
+// banner over the last good data and is retried at the next tick.
 type model struct {
-	fetch    fetcher
+	src      Source
 	now      func() time.Time
 	interval time.Duration
-	filter   string
+	st       styles
+	secrets  []string // never shown: scrubbed from every error
+
+	// The last good refresh, and what it built.
+	data Data
+	at   time.Time
+	snap *Snapshot
+	hist history
+	err  error // the last refresh's error, nil when it worked
+
+	screen   screen
 	sortBy   string
-	hot      bool // drill-down to the hottest keys
-	snap     *Snapshot
-	err      error
-	width    int
+	filter   string
+	typing   bool // the filter is being typed
+	help     bool
+	classCur int
+	keyCur   int
+	class    string // the class opened ("namespace/name")
+	key      string // the key opened
+
+	inspect     *lockv1.InspectResponse
+	inspectedAt time.Time
+	inspectErr  error
+	clock       time.Time // the local clock, ticking every second
+
+	asking  bool   // a force-release reason is being typed
+	reason  string // the reason so far
+	notice  string // the outcome of the last action
+	actErr  error  // the last action's error
+	width   int
+	height  int
+	pending bool // a force-release request is in flight
 }
 
 type fetchedMsg struct {
-	snapResp *Snapshot
-	err      error
+	at   time.Time
+	data Data
+	err  error
+	next bool // schedule the next refresh: only the tick chain does
+}
+
+type inspectedMsg struct {
+	key  string
+	at   time.Time
+	resp *lockv1.InspectResponse
+	err  error
+}
+
+type requestedMsg struct {
+	key string
+	fr  *lockv1.ForceRelease
+	err error
 }
 
 type tickMsg struct{}
 
-func newModel(f fetcher, now func() time.Time, interval time.Duration, filter, sortBy string) model {
-	return model{fetch: f, now: now, interval: interval, filter: filter, sortBy: sortBy, width: 100}
+// clockMsg is the local clock's second: the session TTL counts down on it.
+type clockMsg time.Time
+
+// newModel returns the console over src, its clock and refresh interval,
+// starting with filter and sortBy; st are its colours.
+func newModel(src Source, now func() time.Time, interval time.Duration, filter, sortBy string, st styles) model {
+	return model{src: src, now: now, interval: interval, filter: filter, sortBy: sortBy, st: st,
+		hist: history{}, width: 100, clock: now()}
 }
 
-func (m model) refresh() tea.Cmd {
-	f, now, filter, by := m.fetch, m.now, m.filter, m.sortBy
+// refresh fetches from lockd; next is set on the tick chain's own
+// refreshes, so an extra one (r) does not start a second chain.
+func (m model) refresh(next bool) tea.Cmd {
+	src, now := m.src, m.now
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		d, err := f(ctx)
-		if err != nil {
-			return fetchedMsg{err: err}
-		}
-		return fetchedMsg{snapResp: Build(now(), d, filter, by, 10)}
+		d, err := src.Fetch(ctx)
+		return fetchedMsg{at: now(), data: d, err: err, next: next}
+	}
+}
+
+func (m model) inspectKey() tea.Cmd {
+	src, now, key := m.src, m.now, m.key
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := src.Inspect(ctx, key)
+		return inspectedMsg{key: key, at: now(), resp: resp, err: err}
+	}
+}
+
+func (m model) requestForceRelease() tea.Cmd {
+	src, key, reason := m.src, m.key, strings.TrimSpace(m.reason)
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		fr, err := src.RequestForceRelease(ctx, key, reason)
+		return requestedMsg{key: key, fr: fr, err: err}
 	}
 }
 
@@ -53,98 +132,40 @@ func (m model) tick() tea.Cmd {
 	return tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{} })
 }
 
+func (m model) second() tea.Cmd {
+	now := m.now
+	return tea.Tick(time.Second, func(time.Time) tea.Msg { return clockMsg(now()) })
+}
+
 // Init implements tea.Model.
-func (m model) Init() tea.Cmd { return m.refresh() }
+func (m model) Init() tea.Cmd { return tea.Batch(m.refresh(true), m.second()) }
 
-// Update implements tea.Model.
-func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
-	switch msg := msg.(type) {
-	case tea.WindowSizeMsg:
-		m.width = msg.Width
-	case tea.KeyMsg:
-		switch msg.String() {
-		case "q", "ctrl+c", "esc":
-			return m, tea.Quit
-		case "s":
-			m.sortBy = map[string]string{SortContention: SortHolds, SortHolds: SortName, SortName: SortContention}[m.sortBy]
-			return m, m.refresh()
-		case "enter", "h":
-			m.hot = !m.hot
-		case "r":
-			return m, m.refresh()
-		}
-	case fetchedMsg:
-		if msg.err != nil {
-			m.err = msg.err
-		} else {
-			m.err, m.snap = nil, msg.snapResp
-		}
-		return m, m.tick()
-	case tickMsg:
-		return m, m.refresh()
+// rebuild recomputes the snapshot from the last data with the current
+// filter and sort, keeping the cursors on the table.
+func (m *model) rebuild() {
+	if m.data.Holds == nil && m.data.Stats == nil {
+		return
 	}
-	return m, nil
+	m.snap = Build(m.at, m.data, m.filter, m.sortBy, keysShown)
+	m.classCur = clamp(m.classCur, len(m.snap.Classes))
+	m.keyCur = clamp(m.keyCur, len(m.keys()))
 }
 
-var (
-	title = lipgloss.NewStyle().Bold(true)
-	hdr   = lipgloss.NewStyle().Bold(true).Underline(true)
-	bad   = lipgloss.NewStyle().Foreground(lipgloss.Color("9"))
-	dim   = lipgloss.NewStyle().Faint(true)
-)
+// keys are the opened class's hottest keys.
+func (m model) keys() []HotKey { return ClassKeys(m.data, m.class, m.filter, keysShown) }
 
-// View implements tea.Model.
-func (m model) View() string {
-	var b strings.Builder
-	at := "-"
-	if m.snap != nil {
-		at = m.snap.At.UTC().Format("15:04:05")
-	}
-	filter := ""
-	if m.filter != "" {
-		filter = "  filter: " + m.filter
-	}
-	b.WriteString(title.Render("lockctl top") + fmt.Sprintf("  every %s  sort: %s%s  at %s\n", m.interval, m.sortBy, filter, at))
-	if m.err != nil {
-		b.WriteString(bad.Render("refresh failed, retrying: "+m.err.Error()) + "\n")
-	}
-	b.WriteString(hdr.Render(padded(columnNames())) + "\n")
-	if m.snap == nil || len(m.snap.Classes) == 0 {
-		b.WriteString(dim.Render("no holds") + "\n")
-	} else {
-		for _, r := range m.snap.Classes {
-			cells := r.cells(func(d time.Duration) string { return d.Round(time.Second).String() })
-			texts := make([]string, len(cells))
-			for i, c := range cells {
-				texts[i] = c.Text
-			}
-			line := padded(texts)
-			if r.contended() {
-				line = bad.Render(line)
-			}
-			b.WriteString(line + "\n")
-		}
-	}
-	if m.hot && m.snap != nil {
-		b.WriteString("\n" + hdr.Render(fmt.Sprintf("%-32s %-22s %8s %8s  %s", "HOT KEY", "CLASS", "WAITERS", "AGE", "HOLDER")) + "\n")
-		for _, h := range m.snap.Hot {
-			b.WriteString(fmt.Sprintf("%-32s %-22s %8d %8s  %s\n", h.Key, h.Class, h.Waiters, h.age(), h.Holder))
-		}
-	}
-	b.WriteString(dim.Render("\nq quit · s sort · enter hot keys · r refresh") + "\n")
-	return b.String()
-}
+func clamp(i, n int) int { return max(0, min(i, n-1)) }
 
-// padded lays texts out in classColumns' widths, one space apart.
-func padded(texts []string) string {
-	parts := make([]string, len(texts))
-	for i, t := range texts {
-		c := classColumns[i]
-		if c.left {
-			parts[i] = fmt.Sprintf("%-*s", c.width, t)
-		} else {
-			parts[i] = fmt.Sprintf("%*s", c.width, t)
+var bearerRE = regexp.MustCompile(`(?i)bearer\s+\S+`)
+
+// scrub is err's text with every secret (the operator token) and any
+// bearer credential blanked: a token is never shown.
+func (m model) scrub(err error) string {
+	s := err.Error()
+	for _, sec := range m.secrets {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "[redacted]")
 		}
 	}
-	return strings.Join(parts, " ")
+	return bearerRE.ReplaceAllString(s, "Bearer [redacted]")
 }

@@ -1,7 +1,6 @@
 package top
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -38,6 +37,9 @@ type HotKey struct {
 	Holder     string  `json:"holder"`
 	Waiters    int     `json:"waiters"`
 	AgeSeconds float64 `json:"age_seconds"`
+	// SessionTTLLeftSeconds is how long the holder's session had left when
+	// lockd read it; nil when lockd did not say.
+	SessionTTLLeftSeconds *float64 `json:"session_ttl_left_seconds,omitempty"`
 }
 
 // Snapshot is one refresh of `lockctl top`.
@@ -46,6 +48,9 @@ type Snapshot struct {
 	Classes   []ClassRow `json:"classes"`
 	Hot       []HotKey   `json:"hot_keys"`
 	Truncated bool       `json:"truncated"`
+	// Sealed: lockd refuses every grant until operators advance the epoch.
+	Sealed       bool   `json:"sealed,omitempty"`
+	SealedReason string `json:"sealed_reason,omitempty"`
 }
 
 // Sort orders.
@@ -57,19 +62,20 @@ const (
 
 // Data is what one refresh reads from lockd.
 type Data struct {
-	Holds *lockv1.ListHoldsResponse
-	Stats *lockv1.ClassStatsResponse
+	Holds   *lockv1.ListHoldsResponse
+	Stats   *lockv1.ClassStatsResponse
+	Classes *lockv1.ListClassesResponse
+	// Epoch is nil when lockd did not answer EpochStatus.
+	Epoch *lockv1.EpochStatusResponse
 }
-
-// fetcher reads holds and class statistics; the TUI and --once share it.
-type fetcher func(ctx context.Context) (Data, error)
 
 // Build aggregates holds per class, keeping keys matching filter (a
 // substring of key or class; empty keeps all), sorted by by, with the
 // hotN most contended keys.
 func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 	resp := d.Holds
-	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{}}
+	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{},
+		Sealed: d.Epoch.GetSealed(), SealedReason: d.Epoch.GetSealedReason()}
 	rows := map[string]*ClassRow{}
 	for _, st := range d.Stats.GetStats() {
 		ref := st.GetNamespace() + "/" + st.GetClass()
@@ -78,6 +84,12 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 		}
 		rows[ref] = &ClassRow{Namespace: st.GetNamespace(), Class: st.GetClass(), Grants: st.GetGrants(),
 			GrantP99Seconds: cmdutil.Seconds(st.GetGrantLatencyP99()), ExpiriesWithoutRelease: st.GetExpiriesWithoutRelease()}
+	}
+	for _, c := range d.Classes.GetClasses() {
+		ref := c.GetNamespace() + "/" + c.GetName()
+		if rows[ref] == nil && (filter == "" || strings.Contains(ref, filter)) {
+			rows[ref] = &ClassRow{Namespace: c.GetNamespace(), Class: c.GetName()}
+		}
 	}
 	for _, h := range resp.GetHolds() {
 		if filter != "" && !strings.Contains(h.GetKey(), filter) && !strings.Contains(h.GetClass(), filter) {
@@ -96,7 +108,7 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 			r.Contended++
 		}
 		r.LongestHoldSeconds = max(r.LongestHoldSeconds, age)
-		s.Hot = append(s.Hot, HotKey{Key: h.GetKey(), Class: h.GetClass(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()), AgeSeconds: age})
+		s.Hot = append(s.Hot, hotKey(h))
 	}
 	for _, r := range rows {
 		if r.Holds > 0 {
@@ -121,17 +133,57 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 		}
 		return a.Namespace+"/"+a.Class < b.Namespace+"/"+b.Class
 	})
-	sort.SliceStable(s.Hot, func(i, j int) bool {
-		if s.Hot[i].Waiters != s.Hot[j].Waiters {
-			return s.Hot[i].Waiters > s.Hot[j].Waiters
-		}
-		return s.Hot[i].AgeSeconds > s.Hot[j].AgeSeconds
-	})
-	if len(s.Hot) > hotN {
-		s.Hot = s.Hot[:hotN]
-	}
+	s.Hot = hottest(s.Hot, hotN)
 	return s
 }
+
+func hotKey(h *lockv1.Hold) HotKey {
+	k := HotKey{Key: h.GetKey(), Class: h.GetClass(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()),
+		AgeSeconds: cmdutil.Seconds(h.GetAge())}
+	if h.GetSessionTtlLeft() != nil {
+		left := cmdutil.Seconds(h.GetSessionTtlLeft())
+		k.SessionTTLLeftSeconds = &left
+	}
+	return k
+}
+
+// hottest orders keys most waiters first, then oldest, and keeps n.
+func hottest(keys []HotKey, n int) []HotKey {
+	sort.SliceStable(keys, func(i, j int) bool {
+		if keys[i].Waiters != keys[j].Waiters {
+			return keys[i].Waiters > keys[j].Waiters
+		}
+		return keys[i].AgeSeconds > keys[j].AgeSeconds
+	})
+	if len(keys) > n {
+		keys = keys[:n]
+	}
+	return keys
+}
+
+// ClassKeys are the n hottest keys of class ("namespace/name") matching
+// filter (a substring of the key; empty keeps all).
+func ClassKeys(d Data, class, filter string, n int) []HotKey {
+	keys := []HotKey{}
+	for _, h := range d.Holds.GetHolds() {
+		if h.GetClass() == class && (filter == "" || strings.Contains(h.GetKey(), filter) || strings.Contains(class, filter)) {
+			keys = append(keys, hotKey(h))
+		}
+	}
+	return hottest(keys, n)
+}
+
+// ClassTTLs maps "namespace/name" to the class TTL, from ListClasses.
+func ClassTTLs(d Data) map[string]time.Duration {
+	ttl := map[string]time.Duration{}
+	for _, c := range d.Classes.GetClasses() {
+		ttl[c.GetNamespace()+"/"+c.GetName()] = c.GetTtl().AsDuration()
+	}
+	return ttl
+}
+
+// Ref is the class's "namespace/name".
+func (r ClassRow) Ref() string { return r.Namespace + "/" + r.Class }
 
 // column is one column of the class table. The TUI pads it to width,
 // left- or right-aligned; the --once table sizes columns to their cells.
@@ -187,6 +239,9 @@ func (s *Snapshot) WriteTable(t *printer.Table) {
 // Notes implements printer.Noter.
 func (s *Snapshot) Notes() []string {
 	var n []string
+	if s.Sealed {
+		n = append(n, "lockd is sealed, every grant is refused until operators advance the epoch: "+s.SealedReason)
+	}
 	if s.Truncated {
 		n = append(n, "only the first holds were listed: narrow it with --prefix")
 	}

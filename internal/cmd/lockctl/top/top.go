@@ -5,7 +5,6 @@ package top
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -16,7 +15,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/pkg/client"
-	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // Options are `lockctl top`'s inputs.
@@ -41,17 +39,23 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 		Use:   "top [--prefix <ns/>] [--filter <text>] [--sort contention|holds|name] [--once]",
 		Short: "Contention at a glance: holds, waiters and the hottest keys per class",
 		Long: cmdutil.Doc(`
-			Show, per namespace and class:
-			- the holds you may see;
-			- the waiters queued behind them;
-			- the share of holds anyone waits for;
-			- the longest hold;
+			Show, per namespace and class you may see:
+			- the holds, and the waiters queued behind them;
+			- the share of holds anyone waits for, and the longest hold;
 			- and, from the lockd you are connected to since it started, the grants,
 			  their p99 latency and the sessions that expired without release.
 
-			Enter drills down to the hottest keys: most waiters first, then oldest.
-			The view refreshes every --interval. If lockd is unreachable, the last
-			view stays on screen with the error, and the refresh is retried.
+			With no --prefix, every namespace you may see is listed.
+
+			On a terminal it is a console: up/down (j/k) move, / filters as you type,
+			s cycles the sort, enter opens a class's hottest keys and then a key (its
+			holder, the session's time left counting down, the waiters in order), esc
+			goes back, f on a key requests a force-release, ? lists every key, q quits.
+			The class under the cursor shows sparklines of grants/s, grant p99 and
+			waiters over the last 60 refreshes. Red is contention, yellow a session
+			expiring soon; banners say when lockd is sealed, in epoch grace or
+			unreachable, and the last good data stays on screen. NO_COLOR turns
+			colour off.
 
 			The figures come from lockd's hold listing, the same as "lockctl inspect",
 			not from metrics. Waiters are counted on the lockd you are connected to.
@@ -90,31 +94,9 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 }
 
 func run(ctx context.Context, opts *Options) error {
-	list := func(c *client.Client) fetcher {
-		return func(ctx context.Context) (Data, error) {
-			holds, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: opts.Prefix, Limit: int32(opts.Limit)})
-			if err != nil {
-				return Data{}, err
-			}
-			stats, err := c.LockService().ClassStats(ctx, &lockv1.ClassStatsRequest{})
-			if err != nil {
-				return Data{}, err
-			}
-			if opts.Prefix != "" {
-				kept := stats.GetStats()[:0]
-				for _, st := range stats.GetStats() {
-					if strings.HasPrefix(st.GetNamespace()+"/", opts.Prefix) || strings.HasPrefix(opts.Prefix, st.GetNamespace()+"/") {
-						kept = append(kept, st)
-					}
-				}
-				stats.Stats = kept
-			}
-			return Data{Holds: holds, Stats: stats}, nil
-		}
-	}
 	if opts.Once || !opts.IO.IsStdoutTTY() {
 		return cmdutil.Call(ctx, opts.Client, 30*time.Second, func(ctx context.Context, c *client.Client) error {
-			d, err := list(c)(ctx)
+			d, err := NewSource(c, opts.Prefix, opts.Limit).Fetch(ctx)
 			if err != nil {
 				return err
 			}
@@ -126,8 +108,10 @@ func run(ctx context.Context, opts *Options) error {
 		return err
 	}
 	defer func() { _ = c.Close() }()
-	p := tea.NewProgram(newModel(list(c), opts.Now, opts.Interval, opts.Filter, opts.Sort), tea.WithAltScreen(),
-		tea.WithContext(ctx), tea.WithInput(opts.IO.In), tea.WithOutput(opts.IO.Out))
+	m := newModel(NewSource(c, opts.Prefix, opts.Limit), opts.Now, opts.Interval, opts.Filter, opts.Sort,
+		newStyles(opts.IO.ColorEnabled()))
+	m.secrets = []string{cmdutil.Getenv(cmdutil.EnvOperatorToken)}
+	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(ctx), tea.WithInput(opts.IO.In), tea.WithOutput(opts.IO.Out))
 	_, err = p.Run()
 	return err
 }

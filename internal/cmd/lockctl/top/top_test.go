@@ -106,11 +106,10 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// TestViewGolden renders the TUI over a fixed snapshot, drilled down to
-// the hot keys.
+// TestViewGolden renders the console over a fixed snapshot, drilled down
+// to the hottest class's keys.
 func TestViewGolden(t *testing.T) {
-	fetch := func(context.Context) (Data, error) { return sample, nil }
-	m := newModel(fetch, func() time.Time { return at }, time.Hour, "", SortContention)
+	m := newModel(&fakeSource{data: sample}, func() time.Time { return at }, time.Hour, "", SortContention, newStyles(false))
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(110, 30))
 	teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return bytes.Contains(b, []byte("ledger-writes")) },
 		teatest.WithDuration(5*time.Second))
@@ -131,11 +130,8 @@ func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
 	c, err := client.New(client.WithTarget(addr), client.WithInsecureIdentity(lockdtest.Operator))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	fetch := func(ctx context.Context) (Data, error) {
-		h, err := c.LockService().ListHolds(ctx, &lockv1.ListHoldsRequest{Prefix: "t/"})
-		return Data{Holds: h}, err
-	}
-	tm := teatest.NewTestModel(t, newModel(fetch, time.Now, 500*time.Millisecond, "", SortContention), teatest.WithInitialTermSize(110, 30))
+	m := newModel(NewSource(c, "t/", 1000), time.Now, 500*time.Millisecond, "", SortContention, newStyles(false))
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(110, 30))
 	out := tm.Output()
 	waitFor := func(what string) {
 		t.Helper()
@@ -143,7 +139,7 @@ func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
 	}
 	waitFor("std")
 	env.Stop()
-	waitFor("refresh failed, retrying")
+	waitFor("LOCKD UNREACHABLE")
 	env2 := lockdtest.Start(t, lockdtest.Options{Addr: addr})
 	bob := env2.Client(t, lockdtest.Bob)
 	_, err = bob.Acquire(t.Context(), "t/after", "fast", func(*client.Lock) {})
