@@ -349,6 +349,8 @@ func TestRepositoryClassesAreValid(t *testing.T) {
 	}
 	require.Equal(t, map[string][]string{
 		"spiffe://lockd.local/dev":                      {"demo/"},
+		"spiffe://lockd.local/worker-1":                 {"demo/"},
+		"spiffe://lockd.local/worker-2":                 {"demo/"},
 		"spiffe://lockd.local/ns/payments/sa/ledger":    {"payments/ledger/"},
 		"spiffe://lockd.local/ns/platform/sa/scheduler": {"platform/leader/"},
 	}, ids)

@@ -132,9 +132,10 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 	cfg, err := clientconfig.Load(filepath.Join(dataDir, "lockctl.yaml")) // as lockctl reads it
 	require.NoError(t, err)
 	require.Equal(t, "dev", cfg.CurrentContext)
-	// The dev identity, and the two dev operators for two-person approvals.
-	require.Len(t, cfg.Contexts, 3)
-	for i, name := range []string{"dev", "dev-op1", "dev-op2"} {
+	// The dev identity, the two dev operators for two-person approvals, and
+	// two dev workers with identities of their own.
+	require.Len(t, cfg.Contexts, 5)
+	for i, name := range []string{"dev", "dev-op1", "dev-op2", "dev-worker1", "dev-worker2"} {
 		x := cfg.Contexts[i]
 		require.Equal(t, name, x.Name)
 		require.Equal(t, opts.Listen, x.Server)
