@@ -88,9 +88,9 @@ func (m model) keyView() string {
 	}
 	field("waiters", waiting)
 	if len(queue) > 0 {
-		b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf("%4s  %-40s %10s %10s", "#", "IDENTITY", "SESSION", "WAITED")) + "\n")
+		b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf("%4s  %-40s %19s %10s", "#", "IDENTITY", "SESSION", "WAITED")) + "\n")
 		for _, w := range queue {
-			b.WriteString(fmt.Sprintf("  %4d  %-40s %10d %10s\n", w.GetPosition(), w.GetIdentity(), w.GetSessionId(),
+			b.WriteString(fmt.Sprintf("  %4d  %-40s %19d %10s\n", w.GetPosition(), w.GetIdentity(), w.GetSessionId(),
 				(w.GetWaited().AsDuration() + since).Round(time.Second)))
 		}
 	}
