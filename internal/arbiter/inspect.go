@@ -81,15 +81,16 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return Inspection{}, err
 	}
-	queue := a.queueInfo(key)
-	info := HoldInfo{Key: key, Waiters: len(queue)}
 	if len(resp.Kvs) == 0 {
-		return Inspection{Hold: info, Queue: queue}, nil
+		queue := a.queueInfo(key, 0)
+		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue}, nil
 	}
 	h, err := decodeHold(resp.Kvs[0])
 	if err != nil {
 		return Inspection{}, err
 	}
+	queue := a.queueInfo(key, h.Session)
+	info := HoldInfo{Key: key, Waiters: len(queue)}
 	a.fillHold(&info, caller, h, resp.Kvs[0].ModRevision)
 	if info.SessionTTLLeft, err = a.ttlLeft(ctx, resp.Kvs[0].Lease); err != nil {
 		return Inspection{}, err

@@ -210,8 +210,11 @@ func (a *Arbiter) QueueLen(key string) int {
 }
 
 // queueInfo lists key's waiters queued on this arbiter in arrival order,
-// which is the order they are granted in.
-func (a *Arbiter) queueInfo(key string) []WaiterInfo {
+// which is the order they are granted in. A waiter that already has the
+// key (handed over, or its own transaction won and it has not left the
+// line yet) is not waiting: holder is the session that holds key (0 when
+// none), and neither it nor a handed-over waiter is listed.
+func (a *Arbiter) queueInfo(key string, holder int64) []WaiterInfo {
 	now := a.now()
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
@@ -219,9 +222,12 @@ func (a *Arbiter) queueInfo(key string) []WaiterInfo {
 	if q == nil {
 		return nil
 	}
-	out := make([]WaiterInfo, len(q.waiters))
-	for i, w := range q.waiters {
-		out[i] = WaiterInfo{Identity: w.identity, Session: w.session, Waited: now.Sub(w.queued), Position: i + 1}
+	var out []WaiterInfo
+	for _, w := range q.waiters {
+		if w.state == granted || (holder != 0 && w.session == holder) {
+			continue
+		}
+		out = append(out, WaiterInfo{Identity: w.identity, Session: w.session, Waited: now.Sub(w.queued), Position: len(out) + 1})
 	}
 	return out
 }
