@@ -155,14 +155,20 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 	}
 	defer stopTimers()
 	fenced := s.Fence.Done()
-	onFenced := func() {
-		// The Fence has already killed the command; say so.
+	// lose records why the lock was lost (once) and says that the command
+	// was killed.
+	lose := func(why error) {
 		fenced = nil
-		lost = s.Lock.Err()
+		if lost != nil {
+			return
+		}
+		lost = why
 		stopTimers()
 		fmt.Fprintf(s.Stderr, "lockctl: lock %s lost while the command ran (%s): killed pid %d\n",
 			s.Lock.Key(), lostReason(lost), s.Cmd.Process.Pid)
 	}
+	// The Fence has already killed the command when it fired.
+	onFenced := func() { lose(s.Lock.Err()) }
 	for {
 		select {
 		case err := <-done:
@@ -193,8 +199,16 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 			termC, termSent = nil, true
 			_ = signal(s.Cmd.Process, sigTerm, s.Group)
 		case <-killC:
+			// The lock's local deadline passed with keepalives still failing:
+			// the lock is lost now, whether or not the client's own fence
+			// timer (due at the same instant) has run yet.
 			killC = nil
 			s.Fence.Kill()
+			why := s.Lock.Err()
+			if why == nil {
+				why = client.ErrDeadline
+			}
+			lose(why)
 		case sig := <-s.Signals:
 			_ = signal(s.Cmd.Process, sig, s.Group)
 		}
