@@ -3,6 +3,7 @@ package arbiter
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // The in-memory queue operations on the grant path, without etcd. Every
@@ -12,7 +13,7 @@ import (
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./internal/arbiter
 
 func queueArbiter(keys int) *Arbiter {
-	a := &Arbiter{queues: map[string]*queue{}, waiters: map[string]int{}, maxWaiters: DefaultMaxWaitersPerIdentity}
+	a := &Arbiter{queues: map[string]*queue{}, waiters: map[string]int{}, maxWaiters: DefaultMaxWaitersPerIdentity, now: time.Now}
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)
