@@ -431,17 +431,8 @@ func (d *Daemon) MetricsAddr() string { return dialAddr(d.httpLis.Addr()) }
 // Arbiter is the running arbiter.
 func (d *Daemon) Arbiter() *arbiter.Arbiter { return d.arb }
 
-// Backend is the store lockd uses.
-func (d *Daemon) Backend() *store.Backend { return d.backend }
-
 // Service is the lock.v1 gRPC service implementation.
 func (d *Daemon) Service() *server.Server { return d.svc }
-
-// Classes is the class set in force (the watcher's current one).
-func (d *Daemon) Classes() *class.Set { return d.watcher.Current() }
-
-// LockctlConfig is the lockctl config written for the dev PKI, or "".
-func (d *Daemon) LockctlConfig() string { return d.lockctlPath }
 
 // newLogger builds the slog logger the options ask for; they are validated.
 func newLogger(opts *Config) *slog.Logger {

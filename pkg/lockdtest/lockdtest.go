@@ -219,10 +219,10 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-// Config is the lockd configuration Start runs for o, on backend b, with
+// daemonConfig is the lockd configuration Start runs for o, on backend b, with
 // classes in classesDir and state in dataDir: the binary's defaults, on
 // loopback ports in insecure-loopback mode, with two operators.
-func Config(o Options, b *store.Backend, classesDir, dataDir string) lockd.Config {
+func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd.Config {
 	cfg := lockd.DefaultConfig()
 	cfg.DataDir = dataDir
 	cfg.ClassesDir = classesDir
@@ -275,7 +275,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := lockd.New(ctx, Config(o, b, e.ClassesDir, t.TempDir()))
+	d, err := lockd.New(ctx, daemonConfig(o, b, e.ClassesDir, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
