@@ -50,9 +50,13 @@ type queue struct {
 	// op serialises grant attempts, hold reads and handoffs for the key on
 	// this arbiter, so the head waiter's own attempt, a newcomer's look and a
 	// release's handoff never race.
-	op          chanMutex
-	waiters     []*waiter  // guarded by Arbiter.qmu
-	holder      holderHint // guarded by Arbiter.qmu
+	op      chanMutex
+	waiters []*waiter  // guarded by Arbiter.qmu
+	holder  holderHint // guarded by Arbiter.qmu
+	// grace: the last attempt here was refused because grants wait out an
+	// epoch advance's grace, not because anyone holds the key. Guarded by
+	// Arbiter.qmu.
+	grace       bool
 	cancelWatch context.CancelFunc
 }
 
@@ -125,6 +129,9 @@ func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error 
 	}
 	if att.holderLease != 0 {
 		q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
+	}
+	if tried {
+		q.grace = att.grace
 	}
 	w.queued = a.now()
 	q.waiters = append(q.waiters, w)
@@ -256,7 +263,7 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 		case <-poll.C:
 			poll.Reset(a.jitter())
 		case <-dl.C:
-			return a.giveUp(ctx, req, w, ErrWaitTimeout)
+			return a.giveUp(ctx, req, w, a.waitTimeout(req.Key))
 		case <-ctx.Done():
 			return a.giveUp(ctx, req, w, ctx.Err())
 		case <-a.closed:
@@ -280,6 +287,19 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 	}
 }
 
+// waitTimeout is the answer to a wait whose deadline passed: the epoch
+// grace when that is what the key's last attempt here was refused for
+// (nobody holds it; grants resume when the grace ends), else the holder's
+// wait timeout.
+func (a *Arbiter) waitTimeout(key string) error {
+	a.qmu.Lock()
+	defer a.qmu.Unlock()
+	if q := a.queues[key]; q != nil && q.grace {
+		return fmt.Errorf("%w; the wait deadline passed first", ErrEpochGrace)
+	}
+	return ErrWaitTimeout
+}
+
 // headAttempt is the head waiter's grant transaction, run under q.op. The
 // waiter is authorized again first: a class reload may have revoked its
 // grant or changed the class TTL since it queued.
@@ -299,6 +319,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 	if err == nil && att.granted {
 		a.qmu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
+		q.grace = false
 		a.leave(req.Key, w, false)
 		a.qmu.Unlock()
 		return att.grant, true, nil
@@ -308,6 +329,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 		if att.holderLease != 0 {
 			q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
 		}
+		q.grace = att.grace
 		a.qmu.Unlock()
 		var mine bool
 		var g Grant

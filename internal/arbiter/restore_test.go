@@ -144,6 +144,11 @@ func TestRestoreSealsUntilEpochAdvance(t *testing.T) {
 		t.Fatalf("grant right after the advance: %v; want FailedPrecondition, reason EPOCH_GRACE", err)
 	}
 	stopKA := keepRenewing(t, alice2, sid2)
+	// A wait that ends inside the grace says so: the key is not held by
+	// anyone, grants resume when the grace ends.
+	if _, err := acquire(t.Context(), alice2, sid2, "t/after", "std", time.Second); status.Code(err) != codes.FailedPrecondition || !errors.Is(client.Decode(err), client.ErrEpochGrace) {
+		t.Fatalf("a wait that ends inside the grace: %v; want FailedPrecondition, reason EPOCH_GRACE (not a holder's wait timeout)", err)
+	}
 	first, err := acquire(t.Context(), alice2, sid2, "t/after", "std", time.Minute)
 	stopKA()
 	if err != nil {

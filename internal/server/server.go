@@ -425,7 +425,8 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 		return nil, toStatus(err)
 	}
 	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
-		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id.String()}, nil
+		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id.String(),
+		GrantsResumeIn: durationpb.New(adv.Grace)}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the

@@ -2871,13 +2871,17 @@ func (x *ApproveEpochAdvanceRequest) GetId() string {
 type ApproveEpochAdvanceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new epoch, the cluster ID it is bound to, and how many holds went.
-	Epoch         uint32 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	ClusterId     uint64 `protobuf:"varint,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	HoldsDeleted  int64  `protobuf:"varint,3,opt,name=holds_deleted,json=holdsDeleted,proto3" json:"holds_deleted,omitempty"`
-	Requester     string `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
-	Approver      string `protobuf:"bytes,5,opt,name=approver,proto3" json:"approver,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Epoch        uint32 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	ClusterId    uint64 `protobuf:"varint,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	HoldsDeleted int64  `protobuf:"varint,3,opt,name=holds_deleted,json=holdsDeleted,proto3" json:"holds_deleted,omitempty"`
+	Requester    string `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
+	Approver     string `protobuf:"bytes,5,opt,name=approver,proto3" json:"approver,omitempty"`
+	// How long every grant waits after the advance (the epoch grace), so
+	// holders of the old epoch have lost their holds before anyone else is
+	// granted. An Acquire waiting across it is granted when it ends.
+	GrantsResumeIn *durationpb.Duration `protobuf:"bytes,6,opt,name=grants_resume_in,json=grantsResumeIn,proto3" json:"grants_resume_in,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
@@ -2943,6 +2947,13 @@ func (x *ApproveEpochAdvanceResponse) GetApprover() string {
 		return x.Approver
 	}
 	return ""
+}
+
+func (x *ApproveEpochAdvanceResponse) GetGrantsResumeIn() *durationpb.Duration {
+	if x != nil {
+		return x.GrantsResumeIn
+	}
+	return nil
 }
 
 // ClassStatsRequest asks for per-class statistics.
@@ -3434,14 +3445,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n" +
 	"\bto_epoch\x18\x06 \x01(\rR\atoEpoch\",\n" +
 	"\x1aApproveEpochAdvanceRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xb1\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xf6\x01\n" +
 	"\x1bApproveEpochAdvanceResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
 	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\x12\x1c\n" +
 	"\trequester\x18\x04 \x01(\tR\trequester\x12\x1a\n" +
-	"\bapprover\x18\x05 \x01(\tR\bapprover\"\x13\n" +
+	"\bapprover\x18\x05 \x01(\tR\bapprover\x12C\n" +
+	"\x10grants_resume_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0egrantsResumeIn\"\x13\n" +
 	"\x11ClassStatsRequest\">\n" +
 	"\x12ClassStatsResponse\x12(\n" +
 	"\x05stats\x18\x01 \x03(\v2\x12.lock.v1.ClassStatR\x05stats\"\x9f\x02\n" +
@@ -3617,55 +3629,56 @@ var file_lock_v1_lock_proto_depIdxs = []int32{
 	51, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
 	50, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 32: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	51, // 33: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	51, // 34: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 35: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	12, // 36: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 37: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 38: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 39: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 40: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 41: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 42: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 43: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	34, // 44: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 45: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	45, // 46: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	48, // 47: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 48: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 49: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	41, // 50: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	43, // 51: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 52: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 53: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 54: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 55: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 56: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 57: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 58: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 59: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 60: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 61: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 62: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 63: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	36, // 64: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 65: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	46, // 66: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	49, // 67: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 68: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	40, // 69: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	42, // 70: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	44, // 71: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 72: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 73: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 74: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 75: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	56, // [56:76] is the sub-list for method output_type
-	36, // [36:56] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	51, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	47, // 33: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	51, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	51, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 36: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	12, // 37: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 38: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 39: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 40: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 41: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 42: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 43: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 44: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	34, // 45: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 46: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	45, // 47: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	48, // 48: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 49: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 50: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	41, // 51: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	43, // 52: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 53: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 54: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 55: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 56: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 57: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 58: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 59: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 60: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 61: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 62: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 63: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 64: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	36, // 65: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 66: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	46, // 67: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	49, // 68: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 69: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	40, // 70: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	42, // 71: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	44, // 72: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 73: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 74: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 75: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 76: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	57, // [57:77] is the sub-list for method output_type
+	37, // [37:57] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }

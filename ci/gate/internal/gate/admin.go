@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/internal/identity"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -98,20 +99,24 @@ func (o *operators) waitSealed(ctx context.Context, cond func(*lockv1.EpochStatu
 
 // advance moves the epoch from `from` to `to` (0: from+1) the only way
 // lockd allows: one operator requests, the other approves.
-func (o *operators) advance(ctx context.Context, from, to uint32, reason string) (uint32, int64, error) {
+// advance has the two operators advance the epoch from from to to. It
+// returns the new epoch, the holds deleted and when grants resume (the
+// end of the advance's grace, on history.Now's clock).
+func (o *operators) advance(ctx context.Context, from, to uint32, reason string) (uint32, int64, int64, error) {
 	cctx, cancel := as(ctx, operator)
 	req, err := o.adminAt(0).RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: from, ToEpoch: to, Reason: reason})
 	cancel()
 	if err != nil {
-		return 0, 0, fmt.Errorf("request epoch advance: %w", err)
+		return 0, 0, 0, fmt.Errorf("request epoch advance: %w", err)
 	}
 	cctx, cancel = as(ctx, operator2)
 	resp, err := o.adminAt(0).ApproveEpochAdvance(cctx, &lockv1.ApproveEpochAdvanceRequest{Id: req.GetId()})
 	cancel()
 	if err != nil {
-		return 0, 0, fmt.Errorf("approve epoch advance: %w", err)
+		return 0, 0, 0, fmt.Errorf("approve epoch advance: %w", err)
 	}
-	return resp.GetEpoch(), resp.GetHoldsDeleted(), nil
+	resume := history.Now() + resp.GetGrantsResumeIn().AsDuration().Nanoseconds()
+	return resp.GetEpoch(), resp.GetHoldsDeleted(), resume, nil
 }
 
 // inspect reads key's hold as an operator (who sees its token).

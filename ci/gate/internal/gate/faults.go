@@ -43,8 +43,18 @@ func scheduled(kind string) bool { return kind != KindReentrant }
 
 // inject runs the fault schedule until the run's duration is over: kinds
 // in a seeded shuffle, round robin so every kind comes up, with quiet gaps.
+// The run is lengthened by the time restores and rebuilds close grants by
+// design (sealed, then the advance's grace), up to twice its duration, so
+// the workers get --duration in which grants are possible.
 func (r *run) inject(ctx context.Context) {
-	end := time.Now().Add(r.o.Duration)
+	begin := time.Now()
+	end := begin.Add(r.o.Duration)
+	extend := func() {
+		r.mu.Lock()
+		closed := grantsClosed(r.faults, r.start, history.Now())
+		r.mu.Unlock()
+		end = begin.Add(min(r.o.Duration+closed, 2*r.o.Duration))
+	}
 	order := slices.DeleteFunc(append([]string(nil), r.o.Faults...), func(k string) bool { return !scheduled(k) })
 	r.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	quiet := func() bool {
@@ -70,6 +80,7 @@ func (r *run) inject(ctx context.Context) {
 		if err := r.fault(ctx, kind); err != nil {
 			r.logf("fault %s: %v", kind, err)
 		}
+		extend()
 		// Let the cluster settle before the next fault, so no two faults
 		// overlap and quorum is never lost by the schedule itself.
 		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -224,11 +235,13 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	if err != nil {
 		return fmt.Errorf("lockd did not report the restored store as sealed: %w", err)
 	}
-	epoch, deleted, err := admin.advance(ctx, st.GetEpoch(), max(st.GetEpoch(), st.GetHighestEpoch())+1, "release gate: restore fault")
+	epoch, deleted, resume, err := admin.advance(ctx, st.GetEpoch(), max(st.GetEpoch(), st.GetHighestEpoch())+1, "release gate: restore fault")
 	if err != nil {
 		return err
 	}
-	f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted", st.GetEpoch(), epoch, deleted)
+	f.GrantsClosedUntil = resume
+	f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted; grants closed %s", st.GetEpoch(), epoch, deleted,
+		time.Duration(resume-f.Start).Round(100*time.Millisecond))
 	for _, a := range r.arbiters {
 		if err := a.WaitReady(ctx, 20*time.Second); err != nil {
 			return err
@@ -296,11 +309,13 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
 	if _, err := admin.waitSealed(ctx, func(st *lockv1.EpochStatusResponse) bool { return st.GetRecordMissing() }); err != nil {
 		return fmt.Errorf("lockd did not seal the rebuilt store for its missing epoch record: %w", err)
 	}
-	epoch, _, err := admin.advance(ctx, 0, highest+1, "release gate: store rebuilt empty")
+	epoch, _, resume, err := admin.advance(ctx, 0, highest+1, "release gate: store rebuilt empty")
 	if err != nil {
 		return err
 	}
-	f.Note = fmt.Sprintf("rebuilt empty; epoch initialised at %d (highest before: %d)", epoch, highest)
+	f.GrantsClosedUntil = resume
+	f.Note = fmt.Sprintf("rebuilt empty; epoch initialised at %d (highest before: %d); grants closed %s", epoch, highest,
+		time.Duration(resume-f.Start).Round(100*time.Millisecond))
 	for _, a := range r.arbiters {
 		if err := a.WaitReady(ctx, 20*time.Second); err != nil {
 			return err

@@ -66,6 +66,9 @@ type Options struct {
 	Broken    bool   // build lockd with the grant's absence compare removed
 	LateFence bool   // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
 	Expect    bool   // expect at least one violation (controls)
+	// MinGrants fails a run with fewer successful grants; negative means
+	// one per second of the run in which grants were possible (the run's
+	// duration less the windows a restore or a rebuild closed by design).
 	MinGrants int
 	Artifacts string
 	Netns     string // auto, on, off
@@ -86,11 +89,19 @@ type Summary struct {
 	Faults     int            `json:"faults"`
 	FaultKinds map[string]int `json:"faultKinds"`
 	// FailedFaults are injections that failed (they are not counted).
-	FailedFaults []string     `json:"failedFaults,omitempty"`
-	Check        check.Result `json:"check"`
-	Artifacts    string       `json:"artifacts"`
-	Passed       bool         `json:"passed"`
-	Reason       string       `json:"reason,omitempty"`
+	FailedFaults []string `json:"failedFaults,omitempty"`
+	// GrantsClosed is how much of the run no grant could be made in by
+	// design (sealed until the epoch advanced, then the advance's grace).
+	GrantsClosed string `json:"grantsClosed"`
+	// Ran is how long the faulted run lasted (--duration, lengthened by
+	// GrantsClosed up to twice --duration).
+	Ran string `json:"ran"`
+	// MinGrants is the floor the run was held to.
+	MinGrants int          `json:"minGrants"`
+	Check     check.Result `json:"check"`
+	Artifacts string       `json:"artifacts"`
+	Passed    bool         `json:"passed"`
+	Reason    string       `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -109,6 +120,8 @@ type run struct {
 
 	stopPG  func() error
 	stopMem func()
+
+	start, end int64 // the faulted run's window, on history.Now's clock
 
 	mu       sync.Mutex
 	faults   []history.Fault
@@ -131,7 +144,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	s.Artifacts = r.dir
 	r.logf("gate: running %s with faults %s (seed %d)", o.Duration, strings.Join(o.Faults, ","), o.Seed)
+	r.start = history.Now()
 	r.inject(ctx)
+	r.end = history.Now()
 	r.teardown()
 	for _, f := range r.faults {
 		if f.Err != "" {
@@ -142,6 +157,27 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		s.Faults++
 	}
 	return s, r.verdict(&s)
+}
+
+// grantsClosed is how much of [start, end] lies in the union of the
+// faults' windows in which no grant can be made by design.
+func grantsClosed(faults []history.Fault, start, end int64) time.Duration {
+	var ws [][2]int64
+	for _, f := range faults {
+		if f.Err == "" && f.GrantsClosedUntil > f.Start {
+			ws = append(ws, [2]int64{max(f.Start, start), min(f.GrantsClosedUntil, end)})
+		}
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i][0] < ws[j][0] })
+	var total, reach int64 = 0, start
+	for _, w := range ws {
+		lo := max(w[0], reach)
+		if w[1] > lo {
+			total += w[1] - lo
+			reach = w[1]
+		}
+	}
+	return time.Duration(total)
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -401,6 +437,13 @@ func (r *run) verdict(s *Summary) error {
 	fb, _ := json.MarshalIndent(r.faults, "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "faults.json"), fb, 0o644)
 
+	closed := grantsClosed(r.faults, r.start, r.end)
+	s.GrantsClosed = closed.Round(time.Second).String()
+	s.Ran = time.Duration(r.end - r.start).Round(time.Second).String()
+	s.MinGrants = r.o.MinGrants
+	if s.MinGrants < 0 {
+		s.MinGrants = int((time.Duration(r.end-r.start) - closed).Seconds())
+	}
 	var verr error
 	switch {
 	case r.o.Expect && res.Violations == 0:
@@ -409,8 +452,9 @@ func (r *run) verdict(s *Summary) error {
 		verr = nil
 	case !res.Passed():
 		verr = fmt.Errorf("%w: %d (inconclusive %d)", ErrViolation, res.Violations, res.Inconclusive)
-	case res.Grants < r.o.MinGrants:
-		verr = fmt.Errorf("%w: %d grants, at least %d needed", ErrTooLittle, res.Grants, r.o.MinGrants)
+	case res.Grants < s.MinGrants:
+		verr = fmt.Errorf("%w: %d grants, at least %d needed (one per second of the run outside the %s closed by restores and rebuilds)",
+			ErrTooLittle, res.Grants, s.MinGrants, s.GrantsClosed)
 	}
 	s.Passed = verr == nil
 	if verr != nil {

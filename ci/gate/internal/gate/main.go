@@ -58,7 +58,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
 	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
-	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration)")
+	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration outside the windows restores and rebuilds close by design)")
 	fs.StringVar(&o.Artifacts, "artifacts", "gate-artifacts", "folder for histories, summaries and visualisations")
 	fs.StringVar(&o.Netns, "netns", "auto", "network namespaces for etcd members: on, off, auto")
 	if err := fs.Parse(args); err != nil {
@@ -95,15 +95,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano() % 1_000_000)
 	}
-	if o.MinGrants < 0 {
-		o.MinGrants = int(o.Duration.Seconds())
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	s, err := Run(ctx, o)
 	c := s.Check
 	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d store=%s fencing=%v\n",
 		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
+	fmt.Fprintf(stdout, "run %s, of which grants closed by design %s; floor %d grants\n", s.Ran, s.GrantsClosed, s.MinGrants)
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)

@@ -103,6 +103,10 @@ type Fault struct {
 	Start  int64  `json:"start"`
 	End    int64  `json:"end"`
 	Note   string `json:"note,omitempty"`
+	// GrantsClosedUntil, when set, ends the window [Start, GrantsClosedUntil]
+	// in which no grant can be made by design: the store is sealed until
+	// the epoch advances, and grants then wait out the advance's grace.
+	GrantsClosedUntil int64 `json:"grantsClosedUntil,omitempty"`
 	// Err is why the injection failed; a failed fault is not counted.
 	Err string `json:"err,omitempty"`
 }

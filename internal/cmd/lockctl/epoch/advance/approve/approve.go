@@ -99,12 +99,14 @@ type View struct {
 	HoldsDeleted int64  `json:"holds_deleted"`
 	Requester    string `json:"requester"`
 	Approver     string `json:"approver"`
+	// GrantsResumeIn is the epoch grace: no grant is made until it ends.
+	GrantsResumeIn string `json:"grants_resume_in"`
 }
 
 // NewView converts an ApproveEpochAdvanceResponse.
 func NewView(r *lockv1.ApproveEpochAdvanceResponse) *View {
 	return &View{Epoch: r.GetEpoch(), ClusterID: status.Hex(r.GetClusterId()), HoldsDeleted: r.GetHoldsDeleted(),
-		Requester: r.GetRequester(), Approver: r.GetApprover()}
+		Requester: r.GetRequester(), Approver: r.GetApprover(), GrantsResumeIn: r.GetGrantsResumeIn().AsDuration().String()}
 }
 
 // WriteTable implements printer.Tabular.
@@ -114,4 +116,5 @@ func (v *View) WriteTable(t *printer.Table) {
 	t.Field("Holds deleted", printer.Cell{Text: strconv.FormatInt(v.HoldsDeleted, 10)})
 	t.Field("Requested by", printer.Cell{Text: v.Requester})
 	t.Field("Approved by", printer.Cell{Text: v.Approver})
+	t.Field("Grants resume in", printer.Cell{Text: v.GrantsResumeIn})
 }

@@ -2,8 +2,10 @@ package approve
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
@@ -46,5 +48,5 @@ func TestNewCmdApproveFlags(t *testing.T) {
 
 func TestPrintAdvance(t *testing.T) {
 	golden.AssertPrinted(t, "advanced", NewView(&lockv1.ApproveEpochAdvanceResponse{Epoch: 4, ClusterId: 0x8e9e05c52164694d, HoldsDeleted: 17,
-		Requester: "spiffe://example.org/ops/alice", Approver: "spiffe://example.org/ops/bob"}))
+		Requester: "spiffe://example.org/ops/alice", Approver: "spiffe://example.org/ops/bob", GrantsResumeIn: durationpb.New(16 * time.Second)}))
 }

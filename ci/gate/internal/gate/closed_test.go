@@ -1,0 +1,34 @@
+package gate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+)
+
+func TestGrantsClosedCountsTheUnionInsideTheRun(t *testing.T) {
+	s := int64(time.Second)
+	tests := []struct {
+		name   string
+		faults []history.Fault
+		want   time.Duration
+	}{
+		{"none", nil, 0},
+		{"a fault without a window", []history.Fault{{Kind: KindLeaderIsolate, Start: 10 * s, End: 13 * s}}, 0},
+		{"one window", []history.Fault{{Kind: KindRestore, Start: 10 * s, GrantsClosedUntil: 26 * s}}, 16 * time.Second},
+		{"overlapping windows count once", []history.Fault{
+			{Kind: KindRestore, Start: 10 * s, GrantsClosedUntil: 26 * s},
+			{Kind: KindStoreRebuild, Start: 20 * s, GrantsClosedUntil: 30 * s},
+		}, 20 * time.Second},
+		{"clipped to the run", []history.Fault{{Kind: KindRestore, Start: 110 * s, GrantsClosedUntil: 130 * s}}, 10 * time.Second},
+		{"a failed injection does not count", []history.Fault{{Kind: KindRestore, Start: 10 * s, GrantsClosedUntil: 26 * s, Err: "boom"}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := grantsClosed(tt.faults, 0, 120*s); got != tt.want {
+				t.Fatalf("grantsClosed = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
