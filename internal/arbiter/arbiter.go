@@ -31,18 +31,19 @@ import (
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // Key layout in etcd.
 const (
-	holdPrefix    = "/l/"
-	queuePrefix   = "/q/"
-	sessionPrefix = "/s/"
-	epochKey      = "/sys/epoch"
+	holdPrefix    = keyspace.HoldPrefix
+	queuePrefix   = keyspace.QueuePrefix
+	sessionPrefix = keyspace.SessionPrefix
+	epochKey      = keyspace.EpochKey
 	// graceKey exists, on a lease of the longest class TTL, from an epoch
 	// advance until every holder of the old epoch has been fenced: no grant
 	// is made while it exists (see AdvanceEpoch).
-	graceKey = "/sys/epoch-grace"
+	graceKey = keyspace.GraceKey
 )
 
 // Config configures an Arbiter.

@@ -15,13 +15,11 @@ import (
 	"github.com/lockd-dev/lockd/pkg/token"
 
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // epochRecord is the value of /sys/epoch.
-type epochRecord struct {
-	Epoch     uint32 `json:"epoch"`
-	ClusterID string `json:"clusterID"` // hex, so no JSON reader rounds it
-}
+type epochRecord = keyspace.Epoch
 
 // epochState is what the arbiter knows about the epoch. It is replaced
 // whole, never mutated, and never moves backwards: epoch only grows, and

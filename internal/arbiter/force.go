@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
@@ -20,7 +21,7 @@ import (
 // the records of approved ones, on a lease of ForceRecordTTL.
 const (
 	forceRequestPrefix = "/sys/force-requests/"
-	forceRecordPrefix  = "/sys/force/"
+	forceRecordPrefix  = keyspace.ForceRecordPrefix
 	// ForceRequestTTL is how long a force-release request waits for its
 	// approver.
 	ForceRequestTTL = time.Hour

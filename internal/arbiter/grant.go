@@ -14,6 +14,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -44,12 +45,7 @@ type Grant struct {
 }
 
 // holdRecord is the value of /l/<key>, on the holder's session lease.
-type holdRecord struct {
-	Identity   string `json:"id"`
-	Session    int64  `json:"session"`
-	Class      string `json:"class"`
-	AcquiredAt int64  `json:"at"`
-}
+type holdRecord = keyspace.Hold
 
 func (a *Arbiter) encodeHold(identity string, session int64, cls string) (string, time.Time) {
 	now := a.now()

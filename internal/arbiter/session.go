@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -15,15 +14,11 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // sessionRecord is the value of /s/<lease id>, on the session's own lease.
-type sessionRecord struct {
-	Identity  string `json:"id"`
-	TTL       int64  `json:"ttl"`
-	Namespace string `json:"ns,omitempty"`
-	OpenedAt  int64  `json:"at"`
-}
+type sessionRecord = keyspace.Session
 
 type sessionInfo struct {
 	id        int64
@@ -49,7 +44,7 @@ type SessionInfo struct {
 	Holds         int
 }
 
-func sessionKey(id int64) string { return sessionPrefix + strconv.FormatInt(id, 16) }
+func sessionKey(id int64) string { return keyspace.SessionKey(id) }
 
 // sessionNamespace is the metrics namespace of an identity: its single
 // namespace, or "-" when it has grants in none or several.
@@ -189,6 +184,21 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 	s.closing.Store(true)
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
+	// Mark the record closing first: the audit history tells a close from
+	// an expiry by the deleted record's value (both delete the same keys in
+	// one revision). A marked session whose revoke does not happen expires
+	// later and is still recorded as closed: its holder asked.
+	sk := sessionKey(id)
+	rec, _ := json.Marshal(sessionRecord{Identity: s.identity, TTL: int64(s.ttl / time.Second), Namespace: s.namespace,
+		OpenedAt: s.openedAt.UnixNano(), Closing: true})
+	if _, err := a.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(sk), ">", 0)).
+		Then(clientv3.OpPut(sk, string(rec), clientv3.WithLease(clientv3.LeaseID(id)))).Commit(); err != nil {
+		if isLeaseNotFound(err) {
+			a.forgetSession(id)
+			return nil
+		}
+		return storeErr(ctx, err)
+	}
 	if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(id)); err != nil {
 		if isLeaseNotFound(err) {
 			a.forgetSession(id)

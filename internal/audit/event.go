@@ -1,0 +1,138 @@
+// Package audit is lockd's history: a tailer per etcd cluster that watches
+// the whole lock key space from its last checkpoint and stores one row per
+// change of a key, keyed by the log's own position, in a Sink.
+//
+// A row is a transition of one key at one revision: a hold started (a
+// grant), ended (a release, an expiry, a session close, a force-release, an
+// epoch advance), or both (a handoff). Expiries are committed by etcd
+// itself, so only a tailer sees them. Denials are not in the log and not in
+// the history.
+package audit
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Kind is what happened to a key at a revision.
+type Kind string
+
+// Kinds of rows.
+const (
+	// KindGrant: a hold started (nobody held the key before).
+	KindGrant Kind = "grant"
+	// KindRelease: the holder released it.
+	KindRelease Kind = "release"
+	// KindHandoff: one transaction released the holder and granted the next
+	// waiter: the row carries both holds.
+	KindHandoff Kind = "handoff"
+	// KindExpiry: the holder's session lease lapsed and etcd deleted its
+	// holds (nobody released them).
+	KindExpiry Kind = "expiry"
+	// KindSessionClose: the holder closed its session on purpose, ending
+	// its holds (lockd marks the session record closing first).
+	KindSessionClose Kind = "session-close"
+	// KindForceRelease: two operators released it by force (the force
+	// record committed in the same revision names them and the reason).
+	KindForceRelease Kind = "force-release"
+	// KindEpochAdvance: an epoch advance. Its own row has Key EpochKey and
+	// the epochs; each hold it deleted has a row of this kind too.
+	KindEpochAdvance Kind = "epoch-advance"
+	// KindGap: revisions [GapFrom, GapTo] are not in the history (etcd
+	// compacted them before the tailer read them, or the store lost them).
+	KindGap Kind = "gap"
+)
+
+// Kinds lists every kind, in the order above.
+var Kinds = []Kind{KindGrant, KindRelease, KindHandoff, KindExpiry, KindSessionClose, KindForceRelease, KindEpochAdvance, KindGap}
+
+// EpochKey is the Key of an epoch advance's own row.
+const EpochKey = "/sys/epoch"
+
+// Event is one row of the history. Its identity is (ClusterID, Epoch,
+// Revision, Key): one revision can carry many rows (a session's holds
+// expiring together), never two for one key. The epoch is part of the
+// identity because a store rebuilt empty keeps its cluster ID and starts
+// its revisions again; its epoch is always higher.
+type Event struct {
+	ClusterID uint64
+	// Epoch is the epoch in force after the revision.
+	Epoch    uint32
+	Revision int64
+	// Key is the lock key (without lockd's /l/ prefix); EpochKey for an
+	// advance's own row; empty for a gap.
+	Key  string
+	Kind Kind
+	// Class is the hold's class, "namespace/name".
+	Class string
+	// ObservedAt is when the tailer read the revision: etcd keeps no commit
+	// times, so an end event's time is the tailer's, late by its lag.
+	ObservedAt time.Time
+
+	// The hold that started here (grant, handoff).
+	Holder     string
+	Session    int64
+	Token      uint64
+	AcquiredAt time.Time // the granting arbiter's clock
+
+	// The hold that ended here (every kind but grant and gap).
+	EndedHolder     string
+	EndedSession    int64
+	EndedToken      uint64
+	EndedAcquiredAt time.Time
+	// Duration is how long the ended hold lasted: ObservedAt less its
+	// acquisition.
+	Duration time.Duration
+
+	// A force-release's two operators and reason.
+	Requester string
+	Approver  string
+	Reason    string
+
+	// An epoch advance's own row.
+	FromEpoch uint32
+	ToEpoch   uint32
+
+	// A gap: the revisions missing, inclusive.
+	GapFrom int64
+	GapTo   int64
+}
+
+// Filter selects rows. Zero fields do not filter.
+type Filter struct {
+	ClusterID uint64
+	// Key is a lock key, or a prefix when it ends in "/".
+	Key string
+	// Since and Until bound ObservedAt: Since <= ObservedAt < Until.
+	Since, Until time.Time
+	// FromRevision and ToRevision bound Revision, inclusive.
+	FromRevision, ToRevision int64
+	// Identity matches the started or the ended holder.
+	Identity string
+	Class    string
+	Kinds    []Kind
+	// Limit caps the rows returned (the oldest first); 0 is no cap.
+	Limit int
+}
+
+// Sink stores rows.
+type Sink interface {
+	// Write stores rows idempotently: a row whose identity is stored
+	// already changes nothing that Query returns. It returns only once
+	// every row is durable; on error any subset may be stored.
+	Write(ctx context.Context, rows []Event) error
+	// Query returns the rows matching f, ordered by cluster, epoch,
+	// revision and key, each identity once.
+	Query(ctx context.Context, f Filter) ([]Event, error)
+	Close() error
+}
+
+// Errors.
+var (
+	ErrConfig = errors.New("audit: invalid configuration")
+	// ErrSink: the sink failed; the tailer retries and never skips a row.
+	ErrSink = errors.New("audit: sink")
+	// ErrDeposed: another tailer was elected; this one stopped.
+	ErrDeposed = errors.New("audit: deposed")
+)

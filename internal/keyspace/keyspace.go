@@ -1,0 +1,134 @@
+// Package keyspace is lockd's layout in etcd: the key prefixes and the
+// records the arbiter writes under them. The arbiter writes them; the audit
+// tailer reads them back from the watch, so both go through this package.
+package keyspace
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Key layout.
+const (
+	// HoldPrefix + lock key is a hold, on its session's lease.
+	HoldPrefix = "/l/"
+	// QueuePrefix + lock key + "/" + session is a durable waiter.
+	QueuePrefix = "/q/"
+	// SessionPrefix + hex lease ID is a session record, on its lease.
+	SessionPrefix = "/s/"
+	// SysPrefix holds the epoch, its requests and grace, force requests and
+	// records, and the audit tailer's election and checkpoints.
+	SysPrefix = "/sys/"
+	// EpochKey is the epoch record.
+	EpochKey = "/sys/epoch"
+	// GraceKey exists from an epoch advance until every old holder is
+	// fenced.
+	GraceKey = "/sys/epoch-grace"
+	// ForceRecordPrefix + request ID is an approved force-release, written
+	// in the transaction that deletes the hold.
+	ForceRecordPrefix = "/sys/force/"
+	// AuditPrefix is the audit tailer's own state (election, checkpoints);
+	// the tailer ignores changes under it.
+	AuditPrefix = "/sys/audit/"
+)
+
+// HoldKey is the etcd key of lock key's hold.
+func HoldKey(key string) string { return HoldPrefix + key }
+
+// SessionKey is the etcd key of session id's record.
+func SessionKey(id int64) string { return SessionPrefix + strconv.FormatInt(id, 16) }
+
+// SessionID parses a session key; ok is false for any other key.
+func SessionID(k string) (int64, bool) {
+	rest, ok := strings.CutPrefix(k, SessionPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(rest, 16, 64)
+	return int64(id), err == nil
+}
+
+// Hold is a hold's record. Its key's mod revision is the grant's commit
+// revision (the token's low bits); its lease is the session.
+type Hold struct {
+	Identity   string `json:"id"`
+	Session    int64  `json:"session"`
+	Class      string `json:"class"` // "namespace/name"
+	AcquiredAt int64  `json:"at"`    // unix nanos, the granting arbiter's clock
+}
+
+// Session is a session's record.
+type Session struct {
+	Identity  string `json:"id"`
+	TTL       int64  `json:"ttl"` // seconds
+	Namespace string `json:"ns,omitempty"`
+	OpenedAt  int64  `json:"at"` // unix nanos
+	// Closing is set, in a write just before the lease is revoked, when a
+	// holder closes its session on purpose: a session key deleted with it
+	// set was closed; without it, the lease lapsed (an expiry).
+	Closing bool `json:"closing,omitempty"`
+}
+
+// Epoch is the epoch record.
+type Epoch struct {
+	Epoch     uint32 `json:"epoch"`
+	ClusterID string `json:"clusterID"` // hex, so no JSON reader rounds it
+}
+
+// Force is what an approved force-release leaves under ForceRecordPrefix
+// (the fields the history needs; the arbiter writes more).
+type Force struct {
+	ID            string    `json:"id"`
+	Key           string    `json:"key"`
+	Holder        string    `json:"holder"`
+	Session       int64     `json:"session"`
+	HoldRevision  int64     `json:"holdRevision"`
+	Requester     string    `json:"requester"`
+	Reason        string    `json:"reason"`
+	RevokeSession bool      `json:"revokeSession"`
+	Approver      string    `json:"approver"`
+	ApprovedAt    time.Time `json:"approvedAt"`
+}
+
+// DecodeHold decodes a hold record.
+func DecodeHold(v []byte) (Hold, error) {
+	var h Hold
+	if err := json.Unmarshal(v, &h); err != nil {
+		return h, fmt.Errorf("hold record: %w", err)
+	}
+	return h, nil
+}
+
+// DecodeSession decodes a session record.
+func DecodeSession(v []byte) (Session, error) {
+	var s Session
+	if err := json.Unmarshal(v, &s); err != nil {
+		return s, fmt.Errorf("session record: %w", err)
+	}
+	return s, nil
+}
+
+// DecodeEpoch decodes an epoch record: the epoch and its cluster ID.
+func DecodeEpoch(v []byte) (uint32, uint64, error) {
+	var r Epoch
+	if err := json.Unmarshal(v, &r); err != nil {
+		return 0, 0, fmt.Errorf("epoch record: %w", err)
+	}
+	id, err := strconv.ParseUint(r.ClusterID, 16, 64)
+	if err != nil || r.Epoch == 0 {
+		return 0, 0, fmt.Errorf("epoch record %q is malformed", v)
+	}
+	return r.Epoch, id, nil
+}
+
+// DecodeForce decodes a force record.
+func DecodeForce(v []byte) (Force, error) {
+	var f Force
+	if err := json.Unmarshal(v, &f); err != nil {
+		return f, fmt.Errorf("force record: %w", err)
+	}
+	return f, nil
+}
