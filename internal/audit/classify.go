@@ -1,0 +1,168 @@
+package audit
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/pkg/token"
+)
+
+// stream is what the classifier carries from one revision to the next.
+type stream struct {
+	clusterID uint64
+	epoch     uint32 // in force after the last revision classified
+	// revoking: sessions a force-release asked to revoke, until their
+	// session key goes; their holds are forced, not expired.
+	revoking map[int64]keyspace.Force
+	// bad counts records that did not decode (rows are still written,
+	// with what the key and its lease say).
+	bad int
+}
+
+func newStream(clusterID uint64, epoch uint32) *stream {
+	return &stream{clusterID: clusterID, epoch: epoch, revoking: map[int64]keyspace.Force{}}
+}
+
+// classify turns the events of one revision into rows, one per lock key
+// that changed, plus an epoch advance's own row. Changes under the audit
+// tailer's own keys, queues, requests and the grace key make no rows.
+func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) []Event {
+	before := s.epoch
+	after := before
+	var advanced bool
+	forces := map[string]keyspace.Force{} // by lock key
+	ended := map[int64]bool{}             // session -> closed on purpose
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		switch {
+		case k == keyspace.EpochKey && ev.Type == clientv3.EventTypePut:
+			if e, _, err := keyspace.DecodeEpoch(ev.Kv.Value); err == nil {
+				after, advanced = e, true
+			} else {
+				s.bad++
+			}
+		case strings.HasPrefix(k, keyspace.ForceRecordPrefix) && ev.Type == clientv3.EventTypePut && ev.IsCreate():
+			if f, err := keyspace.DecodeForce(ev.Kv.Value); err == nil {
+				forces[f.Key] = f
+				if f.RevokeSession {
+					s.revoking[f.Session] = f
+				}
+			} else {
+				s.bad++
+			}
+		case strings.HasPrefix(k, keyspace.SessionPrefix) && ev.Type == clientv3.EventTypeDelete:
+			id, ok := keyspace.SessionID(k)
+			if !ok {
+				continue
+			}
+			closing := false
+			if ev.PrevKv != nil {
+				if rec, err := keyspace.DecodeSession(ev.PrevKv.Value); err == nil {
+					closing = rec.Closing
+				}
+			}
+			ended[id] = closing
+		}
+	}
+	var rows []Event
+	if advanced {
+		rows = append(rows, Event{ClusterID: s.clusterID, Epoch: after, Revision: rev, Key: EpochKey, Kind: KindEpochAdvance,
+			ObservedAt: observed, FromEpoch: before, ToEpoch: after})
+	}
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		key, ok := strings.CutPrefix(k, keyspace.HoldPrefix)
+		if !ok {
+			continue
+		}
+		row := Event{ClusterID: s.clusterID, Epoch: after, Revision: rev, Key: key, ObservedAt: observed}
+		if ev.Type == clientv3.EventTypePut {
+			h := s.hold(ev.Kv)
+			row.Holder, row.Session, row.Class = h.Identity, ev.Kv.Lease, h.Class
+			row.Token = pack(after, ev.Kv.ModRevision)
+			row.AcquiredAt = unixNanos(h.AcquiredAt)
+			row.Kind = KindGrant
+			if ev.PrevKv != nil {
+				row.Kind = KindHandoff
+				s.ended(&row, ev.PrevKv, before)
+			}
+			rows = append(rows, row)
+			continue
+		}
+		// A delete: why did the hold end?
+		row.Kind = KindRelease
+		var lease int64
+		if ev.PrevKv != nil {
+			s.ended(&row, ev.PrevKv, before)
+			lease = ev.PrevKv.Lease
+		}
+		if f, forced := s.revoking[lease]; forced && lease != 0 {
+			row.Kind = KindForceRelease
+			row.Requester, row.Approver, row.Reason = f.Requester, f.Approver, f.Reason
+		}
+		if closing, gone := ended[lease]; gone && lease != 0 && row.Kind == KindRelease {
+			row.Kind = KindExpiry
+			if closing {
+				row.Kind = KindSessionClose
+			}
+		}
+		if f, forced := forces[key]; forced {
+			row.Kind = KindForceRelease
+			row.Requester, row.Approver, row.Reason = f.Requester, f.Approver, f.Reason
+		}
+		if advanced {
+			row.Kind = KindEpochAdvance
+		}
+		rows = append(rows, row)
+	}
+	for id := range ended {
+		delete(s.revoking, id)
+	}
+	s.epoch = after
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
+	return rows
+}
+
+// ended fills the row's ended hold from the previous value of its key,
+// granted under epoch.
+func (s *stream) ended(row *Event, prev *mvccpb.KeyValue, epoch uint32) {
+	h := s.hold(prev)
+	row.EndedHolder, row.EndedSession, row.EndedToken = h.Identity, prev.Lease, pack(epoch, prev.ModRevision)
+	row.EndedAcquiredAt = unixNanos(h.AcquiredAt)
+	if row.Class == "" {
+		row.Class = h.Class
+	}
+	if !row.EndedAcquiredAt.IsZero() && row.ObservedAt.After(row.EndedAcquiredAt) {
+		row.Duration = row.ObservedAt.Sub(row.EndedAcquiredAt)
+	}
+}
+
+func (s *stream) hold(kv *mvccpb.KeyValue) keyspace.Hold {
+	h, err := keyspace.DecodeHold(kv.Value)
+	if err != nil {
+		s.bad++
+	}
+	return h
+}
+
+// pack is the token of a hold granted at rev under epoch; 0 when there
+// was no epoch yet (nothing is granted then).
+func pack(epoch uint32, rev int64) uint64 {
+	t, err := token.Pack(epoch, rev)
+	if err != nil {
+		return 0
+	}
+	return t
+}
+
+func unixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

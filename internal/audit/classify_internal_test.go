@@ -1,0 +1,108 @@
+package audit
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
+)
+
+func kv(key string, v any, lease, create, mod int64) *mvccpb.KeyValue {
+	b, _ := json.Marshal(v)
+	return &mvccpb.KeyValue{Key: []byte(key), Value: b, Lease: lease, CreateRevision: create, ModRevision: mod}
+}
+
+func put(k *mvccpb.KeyValue, prev *mvccpb.KeyValue) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypePut, Kv: k, PrevKv: prev}
+}
+
+func del(key string, rev int64, prev *mvccpb.KeyValue) *clientv3.Event {
+	return &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}, PrevKv: prev}
+}
+
+func TestClassifyTellsEveryEndApart(t *testing.T) {
+	at := time.Unix(1700000000, 0).UTC()
+	obs := at.Add(90 * time.Second)
+	alice := keyspace.Hold{Identity: "spiffe://t/alice", Session: 7, Class: "pay/ledger", AcquiredAt: at.UnixNano()}
+	bob := keyspace.Hold{Identity: "spiffe://t/bob", Session: 9, Class: "pay/ledger", AcquiredAt: obs.UnixNano()}
+	aliceHold := kv("/l/pay/42", alice, 7, 10, 10)
+	sess := func(id int64, closing bool) *mvccpb.KeyValue {
+		return kv(keyspace.SessionKey(id), keyspace.Session{Identity: "spiffe://t/alice", TTL: 10, Closing: closing}, id, 5, 5)
+	}
+	tok := func(e uint32, rev int64) uint64 { return uint64(e)<<48 | uint64(rev) }
+	tests := []struct {
+		name string
+		evs  []*clientv3.Event
+		want []Event // only the fields compared below
+	}{
+		{"grant", []*clientv3.Event{put(aliceHold, nil)},
+			[]Event{{Key: "pay/42", Kind: KindGrant, Holder: alice.Identity, Session: 7, Token: tok(3, 10)}}},
+		{"release", []*clientv3.Event{del("/l/pay/42", 20, aliceHold)},
+			[]Event{{Key: "pay/42", Kind: KindRelease, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10), Duration: 90 * time.Second}}},
+		{"handoff: one row, the ended hold and the new one", []*clientv3.Event{put(kv("/l/pay/42", bob, 9, 10, 20), aliceHold)},
+			[]Event{{Key: "pay/42", Kind: KindHandoff, Holder: bob.Identity, Session: 9, Token: tok(3, 20), EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)}}},
+		{"expiry: the session record deleted unmarked", []*clientv3.Event{del("/l/pay/42", 20, aliceHold), del("/l/pay/43", 20, kv("/l/pay/43", alice, 7, 11, 11)), del(keyspace.SessionKey(7), 20, sess(7, false))},
+			[]Event{{Key: "pay/42", Kind: KindExpiry, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)},
+				{Key: "pay/43", Kind: KindExpiry, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 11)}}},
+		{"session close: the record was marked closing", []*clientv3.Event{del("/l/pay/42", 20, aliceHold), del(keyspace.SessionKey(7), 20, sess(7, true))},
+			[]Event{{Key: "pay/42", Kind: KindSessionClose, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)}}},
+		{"force-release: the record in the same revision", []*clientv3.Event{
+			del("/l/pay/42", 20, aliceHold),
+			put(kv(keyspace.ForceRecordPrefix+"ab", keyspace.Force{Key: "pay/42", Requester: "op1", Approver: "op2", Reason: "INC-7 stuck"}, 99, 20, 20), nil)},
+			[]Event{{Key: "pay/42", Kind: KindForceRelease, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10), Requester: "op1", Approver: "op2", Reason: "INC-7 stuck"}}},
+		{"epoch advance: its own row and the holds it deleted", []*clientv3.Event{
+			put(kv(keyspace.EpochKey, keyspace.Epoch{Epoch: 4, ClusterID: "abc"}, 0, 1, 20), kv(keyspace.EpochKey, keyspace.Epoch{Epoch: 3, ClusterID: "abc"}, 0, 1, 2)),
+			del("/l/pay/42", 20, aliceHold), del(keyspace.GraceKey, 20, nil)},
+			[]Event{{Key: "/sys/epoch", Kind: KindEpochAdvance, FromEpoch: 3, ToEpoch: 4},
+				{Key: "pay/42", Kind: KindEpochAdvance, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)}}},
+		{"queues, requests, grace and the tailer's own keys make no rows", []*clientv3.Event{
+			put(kv("/q/pay/42/7", nil, 7, 20, 20), nil), put(kv("/sys/force-requests/ab", nil, 0, 20, 20), nil),
+			put(kv(keyspace.AuditPrefix+"checkpoint/abc", nil, 0, 20, 20), nil), put(kv(keyspace.SessionKey(8), nil, 8, 20, 20), nil)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStream(0xabc, 3)
+			got := s.classify(20, tt.evs, obs)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d rows %+v, want %d", len(got), got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				g := got[i]
+				if g.Revision != 20 || g.ClusterID != 0xabc || !g.ObservedAt.Equal(obs) {
+					t.Errorf("row %d: identity/time %x/%d/%s", i, g.ClusterID, g.Revision, g.ObservedAt)
+				}
+				if g.Key != w.Key || g.Kind != w.Kind || g.Holder != w.Holder || g.Session != w.Session || g.Token != w.Token ||
+					g.EndedHolder != w.EndedHolder || g.EndedSession != w.EndedSession || g.EndedToken != w.EndedToken ||
+					g.Requester != w.Requester || g.Approver != w.Approver || g.Reason != w.Reason || g.FromEpoch != w.FromEpoch || g.ToEpoch != w.ToEpoch {
+					t.Errorf("row %d:\n got %+v\nwant %+v", i, g, w)
+				}
+				if w.Duration != 0 && g.Duration != w.Duration {
+					t.Errorf("row %d: duration %s, want %s", i, g.Duration, w.Duration)
+				}
+			}
+		})
+	}
+}
+
+func TestClassifyForcedSessionRevokeIsForcedNotExpired(t *testing.T) {
+	alice := keyspace.Hold{Identity: "spiffe://t/alice", Session: 7, Class: "pay/ledger"}
+	s := newStream(1, 3)
+	s.classify(20, []*clientv3.Event{
+		del("/l/pay/42", 20, kv("/l/pay/42", alice, 7, 10, 10)),
+		put(kv(keyspace.ForceRecordPrefix+"ab", keyspace.Force{Key: "pay/42", Session: 7, RevokeSession: true, Requester: "op1", Approver: "op2", Reason: "r"}, 99, 20, 20), nil),
+	}, time.Now())
+	got := s.classify(21, []*clientv3.Event{
+		del("/l/pay/43", 21, kv("/l/pay/43", alice, 7, 11, 11)),
+		del(keyspace.SessionKey(7), 21, kv(keyspace.SessionKey(7), keyspace.Session{Identity: alice.Identity}, 7, 5, 5)),
+	}, time.Now())
+	if len(got) != 1 || got[0].Kind != KindForceRelease || got[0].Approver != "op2" {
+		t.Fatalf("the revoke's other hold: %+v; want a force-release by op1 and op2", got)
+	}
+	if len(s.revoking) != 0 {
+		t.Fatalf("the revoked session is still remembered: %v", s.revoking)
+	}
+}

@@ -1,0 +1,215 @@
+// Package sqlite is the embedded audit sink: the history in one SQLite file
+// next to lockd's data (modernc.org/sqlite, no cgo, no server), so lockd with
+// no flags has history. It suits one lockd; several arbiters share a
+// ClickHouse sink instead (each lockd's file holds only what it tailed).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/lockd-dev/lockd/internal/audit"
+)
+
+const schema = `
+CREATE TABLE IF NOT EXISTS events (
+  cluster_id INTEGER NOT NULL,
+  epoch INTEGER NOT NULL,
+  revision INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  class TEXT NOT NULL,
+  observed_at INTEGER NOT NULL,
+  holder TEXT NOT NULL,
+  session INTEGER NOT NULL,
+  token INTEGER NOT NULL,
+  acquired_at INTEGER NOT NULL,
+  ended_holder TEXT NOT NULL,
+  ended_session INTEGER NOT NULL,
+  ended_token INTEGER NOT NULL,
+  ended_acquired_at INTEGER NOT NULL,
+  duration INTEGER NOT NULL,
+  requester TEXT NOT NULL,
+  approver TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  from_epoch INTEGER NOT NULL,
+  to_epoch INTEGER NOT NULL,
+  gap_from INTEGER NOT NULL,
+  gap_to INTEGER NOT NULL,
+  PRIMARY KEY (cluster_id, epoch, revision, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS events_key ON events (key, revision);
+CREATE INDEX IF NOT EXISTS events_observed ON events (observed_at);
+`
+
+const columns = `cluster_id, epoch, revision, key, kind, class, observed_at, holder, session, token, acquired_at,
+  ended_holder, ended_session, ended_token, ended_acquired_at, duration, requester, approver, reason,
+  from_epoch, to_epoch, gap_from, gap_to`
+
+// Sink is the SQLite history. Safe for concurrent use.
+type Sink struct {
+	db *sql.DB
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct{ busy time.Duration }
+
+// BusyTimeout is how long a write waits for another writer's lock on the
+// file before it fails (default 10s).
+func BusyTimeout(d time.Duration) Option { return func(o *options) { o.busy = d } }
+
+// Open opens (creating if needed) the history at path. Writes are durable
+// when Write returns (WAL, synchronous=FULL).
+func Open(ctx context.Context, path string, opts ...Option) (*Sink, error) {
+	o := options{busy: 10 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: sqlite: path: required", audit.ErrConfig)
+	}
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)", path, o.busy.Milliseconds())
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sqlite: open %s: %v", audit.ErrSink, path, err)
+	}
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: sqlite: create the events table in %s: %v", audit.ErrSink, path, err)
+	}
+	return &Sink{db: db}, nil
+}
+
+// Write stores rows in one transaction; a row already stored (same
+// identity) is left as it is.
+func (s *Sink) Write(ctx context.Context, rows []audit.Event) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%w: sqlite: begin: %v", audit.ErrSink, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO events (`+columns+`) VALUES (`+strings.Repeat("?,", 22)+`?)`)
+	if err != nil {
+		return fmt.Errorf("%w: sqlite: prepare: %v", audit.ErrSink, err)
+	}
+	defer stmt.Close()
+	for _, r := range rows {
+		if _, err := stmt.ExecContext(ctx, int64(r.ClusterID), r.Epoch, r.Revision, r.Key, string(r.Kind), r.Class, nanos(r.ObservedAt),
+			r.Holder, r.Session, int64(r.Token), nanos(r.AcquiredAt),
+			r.EndedHolder, r.EndedSession, int64(r.EndedToken), nanos(r.EndedAcquiredAt), int64(r.Duration),
+			r.Requester, r.Approver, r.Reason, r.FromEpoch, r.ToEpoch, r.GapFrom, r.GapTo); err != nil {
+			return fmt.Errorf("%w: sqlite: insert revision %d key %q: %v", audit.ErrSink, r.Revision, r.Key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%w: sqlite: commit: %v", audit.ErrSink, err)
+	}
+	return nil
+}
+
+// Query returns the rows matching f.
+func (s *Sink) Query(ctx context.Context, f audit.Filter) ([]audit.Event, error) {
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if f.ClusterID != 0 {
+		add("cluster_id = ?", int64(f.ClusterID))
+	}
+	switch {
+	case strings.HasSuffix(f.Key, "/"):
+		add("substr(key, 1, ?) = ?", len(f.Key), f.Key)
+	case f.Key != "":
+		add("key = ?", f.Key)
+	}
+	if !f.Since.IsZero() {
+		add("observed_at >= ?", f.Since.UnixNano())
+	}
+	if !f.Until.IsZero() {
+		add("observed_at < ?", f.Until.UnixNano())
+	}
+	if f.FromRevision != 0 {
+		add("revision >= ?", f.FromRevision)
+	}
+	if f.ToRevision != 0 {
+		add("revision <= ?", f.ToRevision)
+	}
+	if f.Identity != "" {
+		add("(holder = ? OR ended_holder = ?)", f.Identity, f.Identity)
+	}
+	if f.Class != "" {
+		add("class = ?", f.Class)
+	}
+	if len(f.Kinds) > 0 {
+		ph := strings.TrimSuffix(strings.Repeat("?,", len(f.Kinds)), ",")
+		var ks []any
+		for _, k := range f.Kinds {
+			ks = append(ks, string(k))
+		}
+		add("kind IN ("+ph+")", ks...)
+	}
+	q := `SELECT ` + columns + ` FROM events`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY cluster_id, epoch, revision, key`
+	if f.Limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
+	}
+	rs, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sqlite: query: %v", audit.ErrSink, err)
+	}
+	defer rs.Close()
+	var out []audit.Event
+	for rs.Next() {
+		var r audit.Event
+		var cluster, tok, endedTok, obs, acq, endedAcq, dur int64
+		var kind string
+		if err := rs.Scan(&cluster, &r.Epoch, &r.Revision, &r.Key, &kind, &r.Class, &obs, &r.Holder, &r.Session, &tok, &acq,
+			&r.EndedHolder, &r.EndedSession, &endedTok, &endedAcq, &dur, &r.Requester, &r.Approver, &r.Reason,
+			&r.FromEpoch, &r.ToEpoch, &r.GapFrom, &r.GapTo); err != nil {
+			return nil, fmt.Errorf("%w: sqlite: scan: %v", audit.ErrSink, err)
+		}
+		r.ClusterID, r.Token, r.EndedToken = uint64(cluster), uint64(tok), uint64(endedTok)
+		r.Kind, r.Duration = audit.Kind(kind), time.Duration(dur)
+		r.ObservedAt, r.AcquiredAt, r.EndedAcquiredAt = fromNanos(obs), fromNanos(acq), fromNanos(endedAcq)
+		out = append(out, r)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("%w: sqlite: read rows: %v", audit.ErrSink, err)
+	}
+	return out, nil
+}
+
+// Close closes the file.
+func (s *Sink) Close() error {
+	if err := s.db.Close(); err != nil && !errors.Is(err, sql.ErrConnDone) {
+		return fmt.Errorf("%w: sqlite: close: %v", audit.ErrSink, err)
+	}
+	return nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
