@@ -470,14 +470,14 @@ func (t *Tailer) probe(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		lagRev, lagSec, cluster := t.lag(resp.Header.Revision, t.cfg.Now())
+		lagRev, lagFor, cluster := t.lag(resp.Header.Revision, t.cfg.Now())
 		if cluster == 0 {
 			continue
 		}
 		c := hex(cluster)
 		t.m.lagRevisions.WithLabelValues(c).Set(float64(lagRev))
-		t.m.lagSeconds.WithLabelValues(c).Set(lagSec.Seconds())
-		t.m.pastHalf.WithLabelValues(c).Set(b2f(lagSec >= t.cfg.CompactionWindow/2))
+		t.m.lagSeconds.WithLabelValues(c).Set(lagFor.Seconds())
+		t.m.pastHalf.WithLabelValues(c).Set(b2f(lagFor >= t.cfg.CompactionWindow/2))
 	}
 }
 
