@@ -17,7 +17,7 @@ apt_packages() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v prometheus >/dev/null || need+=(prometheus)
-  command -v clickhouse-server >/dev/null || need+=(clickhouse-server clickhouse-client)
+  command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server clickhouse-client)
   if [ ${#need[@]} -gt 0 ]; then
     echo "apt: installing ${need[*]}"
     apt-get update -qq
