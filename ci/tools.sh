@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start for real, once per machine:
-#   - Debian packages: iproute2, postgresql, redis-server, prometheus
+#   - Debian packages: iproute2, postgresql, redis-server, prometheus,
+#     clickhouse-server and clickhouse-client
 #   - Gitea v1.26.0 built from the Go module proxy into $LOCKD_TOOLS/bin/gitea
 #     (about 12 minutes cold, cached after that; the tests find it there)
 #   - MinIO (latest) built with go install into $LOCKD_TOOLS/bin/minio
@@ -16,12 +17,17 @@ apt_packages() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v prometheus >/dev/null || need+=(prometheus)
+  command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server clickhouse-client)
   if [ ${#need[@]} -gt 0 ]; then
     echo "apt: installing ${need[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
-    # Debian starts prometheus as a service on :9090; the tests start their own.
-    if command -v systemctl >/dev/null; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+    # Debian starts prometheus (:9090) and clickhouse-server (:9000) as
+    # services; the tests start their own on free ports.
+    if command -v systemctl >/dev/null; then
+      systemctl disable --now prometheus >/dev/null 2>&1 || true
+      systemctl disable --now clickhouse-server >/dev/null 2>&1 || true
+    fi
   fi
 }
 

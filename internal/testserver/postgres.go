@@ -1,7 +1,8 @@
-// Package testserver starts the real servers the fence tests write to: a
-// throwaway PostgreSQL cluster and a throwaway MinIO server, each on a free
-// loopback port and stopped when the test ends. A missing server binary
-// fails the test with the command that installs it; nothing is skipped.
+// Package testserver starts the real servers the fence and audit tests
+// write to: a throwaway PostgreSQL cluster, MinIO server and ClickHouse
+// server, each on a free loopback port and stopped when the test ends. A
+// missing server binary fails the test with the command that installs it;
+// nothing is skipped.
 package testserver
 
 import (
