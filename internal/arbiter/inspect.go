@@ -52,6 +52,20 @@ func (a *Arbiter) mayRead(caller identity.Caller, key string) bool {
 	return a.IsOperator(caller) || a.policy.Load().Authz.Allow(caller.String(), key)
 }
 
+// MayRead reports whether caller may read key's state and history: an
+// operator, or an identity the policy served now lets lock it.
+func (a *Arbiter) MayRead(caller identity.Caller, key string) bool { return a.mayRead(caller, key) }
+
+// MayReadHistory reports whether caller may ask for the history of key, or
+// of a prefix (ending in "/") under which it may lock some key; the rows of
+// keys it may not lock are left out by the caller of this.
+func (a *Arbiter) MayReadHistory(caller identity.Caller, keyOrPrefix string) bool {
+	if strings.HasSuffix(keyOrPrefix, "/") {
+		return a.IsOperator(caller) || a.policy.Load().Authz.AllowPrefix(caller.String(), keyOrPrefix)
+	}
+	return a.mayRead(caller, keyOrPrefix)
+}
+
 // Inspection is the answer of Inspect.
 type Inspection struct {
 	// Hold is the hold, with only Key and Waiters set when nobody holds

@@ -41,6 +41,7 @@ const (
 	ReasonNotHeld         = "NOT_HELD"
 	ReasonRequestNotFound = "REQUEST_NOT_FOUND"
 	ReasonInternal        = "INTERNAL"
+	ReasonHistoryOff      = "HISTORY_OFF"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -78,6 +79,7 @@ var errorTable = []struct {
 	{arbiter.ErrQuota, codes.ResourceExhausted, ReasonQuota},
 	{arbiter.ErrRateLimited, codes.ResourceExhausted, ReasonRateLimited},
 	{arbiter.ErrInternal, codes.Internal, ReasonInternal},
+	{ErrHistoryOff, codes.FailedPrecondition, ReasonHistoryOff},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

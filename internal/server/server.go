@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/audit"
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/operator"
@@ -44,6 +45,8 @@ type Server struct {
 	// opv, when set, verifies operators' OIDC tokens for the admin calls
 	// that change state; without it operators are SPIFFE identities.
 	opv *operator.Verifier
+	// history answers History (nil: off).
+	history audit.Sink
 }
 
 // RequireOperatorTokens makes force-release and epoch-advance calls carry

@@ -45,6 +45,7 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{arbiter.ErrForceNotFound, client.ErrRequestNotFound},
 		{arbiter.ErrEpochRequestNotFound, client.ErrRequestNotFound},
 		{arbiter.ErrInternal, client.ErrInternal},
+		{ErrHistoryOff, client.ErrHistoryOff},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

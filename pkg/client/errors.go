@@ -94,6 +94,8 @@ var (
 	ErrRequestNotFound = errors.New("client: no pending request with this id")
 	// ErrInternal: lockd found something in its store it cannot interpret.
 	ErrInternal = errors.New("client: lockd internal error")
+	// ErrHistoryOff: the lockd asked serves no audit history.
+	ErrHistoryOff = errors.New("client: the audit history is off on this lockd")
 )
 
 // reasonDomain is the ErrorInfo domain of lockd's reasons.
@@ -124,6 +126,7 @@ var reasons = map[string][]error{
 	"NOT_HELD":          {ErrNotHeld},
 	"REQUEST_NOT_FOUND": {ErrRequestNotFound},
 	"INTERNAL":          {ErrInternal},
+	"HISTORY_OFF":       {ErrHistoryOff},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is

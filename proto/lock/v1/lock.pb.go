@@ -81,6 +81,8 @@ const (
 	// was granted. gRPC code ABORTED (DEADLINE_EXCEEDED without a reason means
 	// the caller's own deadline ran out and the outcome is unknown).
 	ErrorReason_ERROR_REASON_WAIT_TIMEOUT ErrorReason = 22
+	// The audit history is off on this lockd.
+	ErrorReason_ERROR_REASON_HISTORY_OFF ErrorReason = 23
 )
 
 // Enum value maps for ErrorReason.
@@ -109,6 +111,7 @@ var (
 		20: "ERROR_REASON_REQUEST_NOT_FOUND",
 		21: "ERROR_REASON_INTERNAL",
 		22: "ERROR_REASON_WAIT_TIMEOUT",
+		23: "ERROR_REASON_HISTORY_OFF",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -134,6 +137,7 @@ var (
 		"ERROR_REASON_REQUEST_NOT_FOUND": 20,
 		"ERROR_REASON_INTERNAL":          21,
 		"ERROR_REASON_WAIT_TIMEOUT":      22,
+		"ERROR_REASON_HISTORY_OFF":       23,
 	}
 )
 
@@ -3256,6 +3260,380 @@ func (x *ValidateTokenResponse) GetReadRevision() int64 {
 	return 0
 }
 
+// HistoryRequest selects rows of the audit history.
+type HistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A key, or a prefix ending in "/".
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Rows the tailer observed at or after since and before until.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	// Rows whose started or ended holder is this identity.
+	Identity string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Rows of this class ("namespace/name").
+	Class string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	// At most this many rows, the oldest first (default 1000, at most 10000).
+	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRequest) Reset() {
+	*x = HistoryRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRequest) ProtoMessage() {}
+
+func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
+func (*HistoryRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *HistoryRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *HistoryRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *HistoryRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *HistoryRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// HistoryResponse is the rows, oldest first.
+type HistoryResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*HistoryEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// More rows matched than the limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryResponse) Reset() {
+	*x = HistoryResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryResponse) ProtoMessage() {}
+
+func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
+func (*HistoryResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *HistoryResponse) GetEvents() []*HistoryEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// HistoryEvent is one row: what happened to one key at one revision. Its
+// identity is (cluster_id, epoch, revision, key).
+type HistoryEvent struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId uint64                 `protobuf:"fixed64,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Epoch     uint32                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Revision  int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Key       string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// grant, release, handoff, expiry, session-close, force-release,
+	// epoch-advance or gap.
+	Kind  string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	// When the tailer read the revision (etcd keeps no commit time).
+	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	// The hold that started (grant, handoff).
+	Holder     string                 `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
+	SessionId  int64                  `protobuf:"varint,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token      *Token                 `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	// The hold that ended.
+	EndedHolder     string                 `protobuf:"bytes,12,opt,name=ended_holder,json=endedHolder,proto3" json:"ended_holder,omitempty"`
+	EndedSessionId  int64                  `protobuf:"varint,13,opt,name=ended_session_id,json=endedSessionId,proto3" json:"ended_session_id,omitempty"`
+	EndedToken      *Token                 `protobuf:"bytes,14,opt,name=ended_token,json=endedToken,proto3" json:"ended_token,omitempty"`
+	EndedAcquiredAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=ended_acquired_at,json=endedAcquiredAt,proto3" json:"ended_acquired_at,omitempty"`
+	Duration        *durationpb.Duration   `protobuf:"bytes,16,opt,name=duration,proto3" json:"duration,omitempty"`
+	// A force-release's operators and reason; a gap's cause.
+	Requester string `protobuf:"bytes,17,opt,name=requester,proto3" json:"requester,omitempty"`
+	Approver  string `protobuf:"bytes,18,opt,name=approver,proto3" json:"approver,omitempty"`
+	Reason    string `protobuf:"bytes,19,opt,name=reason,proto3" json:"reason,omitempty"`
+	// An epoch advance's own row.
+	FromEpoch uint32 `protobuf:"varint,20,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	ToEpoch   uint32 `protobuf:"varint,21,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
+	// A gap: the revisions missing, inclusive.
+	GapFrom       int64 `protobuf:"varint,22,opt,name=gap_from,json=gapFrom,proto3" json:"gap_from,omitempty"`
+	GapTo         int64 `protobuf:"varint,23,opt,name=gap_to,json=gapTo,proto3" json:"gap_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryEvent) Reset() {
+	*x = HistoryEvent{}
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryEvent) ProtoMessage() {}
+
+func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
+func (*HistoryEvent) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *HistoryEvent) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetToken() *Token {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetAcquiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcquiredAt
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetEndedHolder() string {
+	if x != nil {
+		return x.EndedHolder
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetEndedSessionId() int64 {
+	if x != nil {
+		return x.EndedSessionId
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetEndedToken() *Token {
+	if x != nil {
+		return x.EndedToken
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetEndedAcquiredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAcquiredAt
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetFromEpoch() uint32 {
+	if x != nil {
+		return x.FromEpoch
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetToEpoch() uint32 {
+	if x != nil {
+		return x.ToEpoch
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetGapFrom() int64 {
+	if x != nil {
+		return x.GapFrom
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetGapTo() int64 {
+	if x != nil {
+		return x.GapTo
+	}
+	return 0
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -3471,7 +3849,48 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.lock.v1.TokenStateR\x05state\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12#\n" +
-	"\rread_revision\x18\x04 \x01(\x03R\freadRevision*\xaa\x05\n" +
+	"\rread_revision\x18\x04 \x01(\x03R\freadRevision\"\xce\x01\n" +
+	"\x0eHistoryRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\"^\n" +
+	"\x0fHistoryResponse\x12-\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.lock.v1.HistoryEventR\x06events\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xad\x06\n" +
+	"\fHistoryEvent\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\x06R\tclusterId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\rR\x05epoch\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12;\n" +
+	"\vobserved_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAt\x12\x16\n" +
+	"\x06holder\x18\b \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\t \x01(\x03R\tsessionId\x12$\n" +
+	"\x05token\x18\n" +
+	" \x01(\v2\x0e.lock.v1.TokenR\x05token\x12;\n" +
+	"\vacquired_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"acquiredAt\x12!\n" +
+	"\fended_holder\x18\f \x01(\tR\vendedHolder\x12(\n" +
+	"\x10ended_session_id\x18\r \x01(\x03R\x0eendedSessionId\x12/\n" +
+	"\vended_token\x18\x0e \x01(\v2\x0e.lock.v1.TokenR\n" +
+	"endedToken\x12F\n" +
+	"\x11ended_acquired_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x0fendedAcquiredAt\x125\n" +
+	"\bduration\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1c\n" +
+	"\trequester\x18\x11 \x01(\tR\trequester\x12\x1a\n" +
+	"\bapprover\x18\x12 \x01(\tR\bapprover\x12\x16\n" +
+	"\x06reason\x18\x13 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x14 \x01(\rR\tfromEpoch\x12\x19\n" +
+	"\bto_epoch\x18\x15 \x01(\rR\atoEpoch\x12\x19\n" +
+	"\bgap_from\x18\x16 \x01(\x03R\agapFrom\x12\x15\n" +
+	"\x06gap_to\x18\x17 \x01(\x03R\x05gapTo*\xc8\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -3496,14 +3915,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ERROR_REASON_NOT_HELD\x10\x13\x12\"\n" +
 	"\x1eERROR_REASON_REQUEST_NOT_FOUND\x10\x14\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x15\x12\x1d\n" +
-	"\x19ERROR_REASON_WAIT_TIMEOUT\x10\x16*\x95\x01\n" +
+	"\x19ERROR_REASON_WAIT_TIMEOUT\x10\x16\x12\x1c\n" +
+	"\x18ERROR_REASON_HISTORY_OFF\x10\x17*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TOKEN_STATE_CURRENT\x10\x01\x12\x1a\n" +
 	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x18\n" +
 	"\x14TOKEN_STATE_NOT_HELD\x10\x03\x12\x1b\n" +
-	"\x17TOKEN_STATE_OTHER_EPOCH\x10\x042\xe8\x06\n" +
+	"\x17TOKEN_STATE_OTHER_EPOCH\x10\x042\xa6\a\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -3512,7 +3932,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aAcquire\x12\x17.lock.v1.AcquireRequest\x1a\x18.lock.v1.AcquireResponse\x12<\n" +
 	"\aRelease\x12\x17.lock.v1.ReleaseRequest\x1a\x18.lock.v1.ReleaseResponse\x12<\n" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
-	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12K\n" +
+	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12<\n" +
+	"\aHistory\x12\x17.lock.v1.HistoryRequest\x1a\x18.lock.v1.HistoryResponse\x12K\n" +
 	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse\x12H\n" +
 	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
 	"\n" +
@@ -3541,7 +3962,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -3593,92 +4014,106 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*ClassStat)(nil),                   // 47: lock.v1.ClassStat
 	(*ValidateTokenRequest)(nil),        // 48: lock.v1.ValidateTokenRequest
 	(*ValidateTokenResponse)(nil),       // 49: lock.v1.ValidateTokenResponse
-	(*timestamppb.Timestamp)(nil),       // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 51: google.protobuf.Duration
+	(*HistoryRequest)(nil),              // 50: lock.v1.HistoryRequest
+	(*HistoryResponse)(nil),             // 51: lock.v1.HistoryResponse
+	(*HistoryEvent)(nil),                // 52: lock.v1.HistoryEvent
+	(*timestamppb.Timestamp)(nil),       // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 54: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	50, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	50, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	50, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	53, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	53, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	51, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	51, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	51, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	54, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	54, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	54, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	51, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	50, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	54, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	53, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	51, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	54, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	50, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	50, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	51, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	53, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	53, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	54, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
-	51, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	51, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	54, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	54, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
 	29, // 23: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	30, // 24: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
 	29, // 25: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	51, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	50, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	50, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	51, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	54, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	53, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	53, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	54, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	50, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	51, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	53, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	54, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
 	47, // 33: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	51, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	51, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	54, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	54, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
 	1,  // 36: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	12, // 37: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 38: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 39: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 40: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 41: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 42: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 43: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 44: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	34, // 45: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 46: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	45, // 47: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	48, // 48: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 49: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 50: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	41, // 51: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	43, // 52: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 53: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 54: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 55: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 56: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 57: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 58: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 59: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 60: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 61: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 62: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 63: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 64: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	36, // 65: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 66: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	46, // 67: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	49, // 68: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 69: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	40, // 70: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	42, // 71: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	44, // 72: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 73: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 74: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 75: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 76: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	57, // [57:77] is the sub-list for method output_type
-	37, // [37:57] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	53, // 37: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	53, // 38: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	52, // 39: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
+	53, // 40: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	11, // 41: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
+	53, // 42: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	11, // 43: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
+	53, // 44: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	54, // 45: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	12, // 46: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 47: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 48: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 49: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 50: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 51: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 52: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 53: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	50, // 54: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	34, // 55: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 56: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	45, // 57: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	48, // 58: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 59: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 60: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	41, // 61: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	43, // 62: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 63: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 64: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 65: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 66: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 67: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 68: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 69: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 70: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 71: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 72: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 73: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 74: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	51, // 75: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	36, // 76: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 77: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	46, // 78: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	49, // 79: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 80: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	40, // 81: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	42, // 82: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	44, // 83: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 84: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 85: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 86: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 87: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	67, // [67:88] is the sub-list for method output_type
+	46, // [46:67] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -3692,7 +4127,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

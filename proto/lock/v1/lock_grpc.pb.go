@@ -27,6 +27,7 @@ const (
 	LockService_Release_FullMethodName       = "/lock.v1.LockService/Release"
 	LockService_Inspect_FullMethodName       = "/lock.v1.LockService/Inspect"
 	LockService_ListHolds_FullMethodName     = "/lock.v1.LockService/ListHolds"
+	LockService_History_FullMethodName       = "/lock.v1.LockService/History"
 	LockService_ListSessions_FullMethodName  = "/lock.v1.LockService/ListSessions"
 	LockService_ListClasses_FullMethodName   = "/lock.v1.LockService/ListClasses"
 	LockService_ClassStats_FullMethodName    = "/lock.v1.LockService/ClassStats"
@@ -66,6 +67,11 @@ type LockServiceClient interface {
 	Inspect(ctx context.Context, in *InspectRequest, opts ...grpc.CallOption) (*InspectResponse, error)
 	// ListHolds lists the holds under a prefix.
 	ListHolds(ctx context.Context, in *ListHoldsRequest, opts ...grpc.CallOption) (*ListHoldsResponse, error)
+	// History lists what the audit history recorded for a key, or for every
+	// key under a prefix ending in "/": each grant and each end (release,
+	// expiry, session close, force-release, epoch advance), and any gap.
+	// Operators see tokens; other callers see keys they may lock, without.
+	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// ListClasses lists the loaded classes of the namespaces the caller has
@@ -173,6 +179,16 @@ func (c *lockServiceClient) ListHolds(ctx context.Context, in *ListHoldsRequest,
 	return out, nil
 }
 
+func (c *lockServiceClient) History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryResponse)
+	err := c.cc.Invoke(ctx, LockService_History_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSessionsResponse)
@@ -246,6 +262,11 @@ type LockServiceServer interface {
 	Inspect(context.Context, *InspectRequest) (*InspectResponse, error)
 	// ListHolds lists the holds under a prefix.
 	ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error)
+	// History lists what the audit history recorded for a key, or for every
+	// key under a prefix ending in "/": each grant and each end (release,
+	// expiry, session close, force-release, epoch advance), and any gap.
+	// Operators see tokens; other callers see keys they may lock, without.
+	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// ListClasses lists the loaded classes of the namespaces the caller has
@@ -293,6 +314,9 @@ func (UnimplementedLockServiceServer) Inspect(context.Context, *InspectRequest) 
 }
 func (UnimplementedLockServiceServer) ListHolds(context.Context, *ListHoldsRequest) (*ListHoldsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListHolds not implemented")
+}
+func (UnimplementedLockServiceServer) History(context.Context, *HistoryRequest) (*HistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method History not implemented")
 }
 func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
@@ -460,6 +484,24 @@ func _LockService_ListHolds_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_History_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).History(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_History_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).History(ctx, req.(*HistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSessionsRequest)
 	if err := dec(in); err != nil {
@@ -566,6 +608,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListHolds",
 			Handler:    _LockService_ListHolds_Handler,
+		},
+		{
+			MethodName: "History",
+			Handler:    _LockService_History_Handler,
 		},
 		{
 			MethodName: "ListSessions",

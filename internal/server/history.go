@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/lockd-dev/lockd/internal/arbiter"
+	"github.com/lockd-dev/lockd/internal/audit"
+	"github.com/lockd-dev/lockd/internal/authz"
+	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/token"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
+)
+
+// ErrHistoryOff: this lockd serves no audit history (it runs without
+// --audit, or with a sink only another lockd writes).
+var ErrHistoryOff = errors.New("server: the audit history is off on this lockd; start it with --audit (and a sink)")
+
+// History limits.
+const (
+	historyDefaultLimit = 1000
+	historyMaxLimit     = 10000
+)
+
+// ServeHistory makes History answer from sink (nil: History is refused
+// with HISTORY_OFF).
+func (s *Server) ServeHistory(sink audit.Sink) { s.history = sink }
+
+// History implements lock.v1.
+func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lockv1.HistoryResponse, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.history == nil {
+		return nil, toStatus(ErrHistoryOff)
+	}
+	key := req.GetKey()
+	if err := validateHistoryKey(key); err != nil {
+		return nil, toStatus(err)
+	}
+	if !s.arb.MayReadHistory(id, key) {
+		return nil, toStatus(fmt.Errorf("%w: history of %s", authz.ErrDenied, key))
+	}
+	limit := int(req.GetLimit())
+	switch {
+	case limit < 0 || limit > historyMaxLimit:
+		return nil, toStatus(fmt.Errorf("%w: limit: must be between 0 and %d, got %d", arbiter.ErrInvalid, historyMaxLimit, limit))
+	case limit == 0:
+		limit = historyDefaultLimit
+	}
+	f := audit.Filter{Key: key, Identity: req.GetIdentity(), Class: req.GetClass(), Limit: limit + 1}
+	if req.GetSince() != nil {
+		f.Since = req.GetSince().AsTime()
+	}
+	if req.GetUntil() != nil {
+		f.Until = req.GetUntil().AsTime()
+	}
+	rows, err := s.history.Query(ctx, f)
+	if err == nil {
+		// Gaps belong to every key's history: what is missing is said.
+		var gaps []audit.Event
+		gaps, err = s.history.Query(ctx, audit.Filter{Kinds: []audit.Kind{audit.KindGap}, Since: f.Since, Until: f.Until})
+		rows = mergeRows(rows, gaps)
+	}
+	if err != nil {
+		s.log.Warn("history query failed", "err", err)
+		return nil, toStatus(fmt.Errorf("%w: the audit history did not answer: %v", arbiter.ErrUnavailable, err))
+	}
+	operator := s.arb.IsOperator(id)
+	resp := &lockv1.HistoryResponse{}
+	for _, r := range rows {
+		if !operator && r.Kind != audit.KindGap && !s.arb.MayRead(id, r.Key) {
+			continue // under the prefix, but not a key this caller may lock
+		}
+		if len(resp.Events) == limit {
+			resp.Truncated = true
+			break
+		}
+		resp.Events = append(resp.Events, historyProto(r, operator))
+	}
+	return resp, nil
+}
+
+// mergeRows merges two row lists in identity order.
+func mergeRows(a, b []audit.Event) []audit.Event {
+	out := make([]audit.Event, 0, len(a)+len(b))
+	less := func(x, y audit.Event) bool {
+		if x.ClusterID != y.ClusterID {
+			return x.ClusterID < y.ClusterID
+		}
+		if x.Epoch != y.Epoch {
+			return x.Epoch < y.Epoch
+		}
+		if x.Revision != y.Revision {
+			return x.Revision < y.Revision
+		}
+		return x.Key < y.Key
+	}
+	for len(a) > 0 && len(b) > 0 {
+		if less(b[0], a[0]) {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+func validateHistoryKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: key: required: a key, or a prefix ending in \"/\"", arbiter.ErrInvalid)
+	}
+	k := strings.TrimSuffix(key, "/")
+	if err := lockkey.Validate(k); err != nil {
+		return fmt.Errorf("%w: key: %w", arbiter.ErrInvalid, err)
+	}
+	return nil
+}
+
+func historyProto(r audit.Event, tokens bool) *lockv1.HistoryEvent {
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	e := &lockv1.HistoryEvent{
+		ClusterId: r.ClusterID, Epoch: r.Epoch, Revision: r.Revision, Key: r.Key, Kind: string(r.Kind), Class: r.Class,
+		ObservedAt: ts(r.ObservedAt),
+		Holder:     r.Holder, SessionId: r.Session, AcquiredAt: ts(r.AcquiredAt),
+		EndedHolder: r.EndedHolder, EndedSessionId: r.EndedSession, EndedAcquiredAt: ts(r.EndedAcquiredAt),
+		Requester: r.Requester, Approver: r.Approver, Reason: r.Reason,
+		FromEpoch: r.FromEpoch, ToEpoch: r.ToEpoch, GapFrom: r.GapFrom, GapTo: r.GapTo,
+	}
+	if r.Duration > 0 {
+		e.Duration = durationpb.New(r.Duration)
+	}
+	if tokens {
+		e.Token, e.EndedToken = tokenProto(r.Token), tokenProto(r.EndedToken)
+	}
+	return e
+}
+
+func tokenProto(v uint64) *lockv1.Token {
+	if v == 0 {
+		return nil
+	}
+	epoch, rev := token.Unpack(v)
+	return &lockv1.Token{Value: v, Epoch: epoch, Revision: rev}
+}
