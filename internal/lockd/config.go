@@ -114,6 +114,9 @@ type Config struct {
 	// ShutdownGrace bounds how long Close waits for in-flight calls before
 	// it closes the remaining streams; zero means 5s.
 	ShutdownGrace time.Duration
+
+	// Audit is the audit history (tailer, sink, archive).
+	Audit AuditConfig
 }
 
 // DefaultConfig returns the defaults of the lockd command's flags.
@@ -132,6 +135,7 @@ func DefaultConfig() Config {
 		ValidateBurst:          arbiter.DefaultValidateBurst,
 		LogLevel:               "info",
 		LogFormat:              "json",
+		Audit:                  defaultAuditConfig(),
 	}
 }
 
@@ -160,6 +164,7 @@ func (o *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
+	o.Audit.validate(add)
 	if o.OIDCIssuer != "" && o.OIDCAudience == "" {
 		add("--oidc-audience: required with --oidc-issuer (the audience lockd's tokens carry)")
 	}

@@ -73,6 +73,8 @@ type Daemon struct {
 	httpLis net.Listener
 	// lockctlPath is the lockctl config written for the dev PKI ("" when none).
 	lockctlPath string
+	// audit is the running history (nil when off).
+	audit *auditRun
 
 	serveErr  chan error
 	closed    chan struct{}
@@ -210,6 +212,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.svc = server.New(d.arb, identity.Extractor{Insecure: cfg.InsecureLoopback}, logger.With("component", "server"))
 	if opv != nil {
 		d.svc.RequireOperatorTokens(opv)
+	}
+	if d.audit, err = d.startAudit(ctx, dataDir, logger); err != nil {
+		return nil, err
+	}
+	if d.audit != nil {
+		d.svc.ServeHistory(d.audit.sink)
 	}
 	d.svc.Register(d.g)
 	handler := d.svc.HTTPHandler(d.reg)
@@ -409,6 +417,7 @@ func (d *Daemon) Close() {
 		if d.arb != nil {
 			d.arb.Close()
 		}
+		d.audit.close()
 		if d.owns && d.backend != nil {
 			d.backend.Close()
 		}

@@ -172,6 +172,9 @@ type Options struct {
 	// external connection to a new member): create the first epoch. An
 	// embedded backend started on an empty dir is fresh by itself.
 	FreshStore bool
+	// Audit turns on the audit history (a tailer into an SQLite file in a
+	// temp dir), so History answers.
+	Audit bool
 	// MaxSessionsPerIdentity and MaxWaitersPerIdentity are the arbiter's
 	// quotas (its defaults when zero).
 	MaxSessionsPerIdentity, MaxWaitersPerIdentity int
@@ -241,6 +244,10 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 	cfg.ShutdownGrace = time.Millisecond // Stop is a crash, not a drain
 	if o.RequestTimeout != 0 {
 		cfg.RequestTimeout = o.RequestTimeout
+	}
+	cfg.Audit.Mode = lockd.AuditOff
+	if o.Audit {
+		cfg.Audit.Mode = lockd.AuditOn
 	}
 	if o.MaxSessionsPerIdentity != 0 {
 		cfg.MaxSessionsPerIdentity = o.MaxSessionsPerIdentity

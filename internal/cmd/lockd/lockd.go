@@ -175,10 +175,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.StringVar(&opts.Listen, "listen", opts.Listen, "gRPC listen address (host:port)")
 	f.StringVar(&opts.MetricsListen, "metrics-listen", opts.MetricsListen, "HTTP listen address for /metrics, /healthz and /readyz")
 	f.StringVar(&opts.ClassesDir, "classes", opts.ClassesDir, "lock class directory, reloaded on change")
-	f.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints, comma-separated (empty: start an embedded etcd in <data-dir>/etcd)")
-	f.StringVar(&opts.EtcdCA, "etcd-ca", "", "CA certificate (PEM) to verify the external etcd cluster")
-	f.StringVar(&opts.EtcdCert, "etcd-cert", "", "client certificate (PEM) for the external etcd cluster")
-	f.StringVar(&opts.EtcdKey, "etcd-key", "", "client key (PEM) for the external etcd cluster")
+	addEtcdFlags(f, &opts)
 	f.StringVar(&opts.EtcdClientURL, "etcd-client-url", opts.EtcdClientURL, "embedded etcd client URL (for etcdctl; lockd talks to the member in-process)")
 	f.StringVar(&opts.EtcdPeerURL, "etcd-peer-url", opts.EtcdPeerURL, "embedded etcd peer URL")
 	f.StringVar(&opts.TLSCert, "tls-cert", "", "server certificate (PEM); with --tls-key and --tls-client-ca, replaces the dev PKI")
@@ -199,20 +196,18 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.IntVar(&opts.MaxSessionsPerIdentity, "max-sessions-per-identity", opts.MaxSessionsPerIdentity, "sessions one identity may have open on this lockd")
 	f.IntVar(&opts.MaxWaitersPerIdentity, "max-waiters-per-identity", opts.MaxWaitersPerIdentity, "waiters one identity may have queued on this lockd")
 	f.BoolVar(&opts.DebugPprof, "debug-pprof", false, "serve Go profiles at /debug/pprof/ on the metrics listener (for profiling; never expose it)")
+	f.StringVar(&opts.Audit.Mode, "audit", opts.Audit.Mode, "audit history (docs/audit.md): "+strings.Join(auditModes, "|")+"; auto is on with the embedded etcd, off with --etcd-endpoints")
+	addAuditFlags(f, &opts)
 
-	for _, fs := range []*pflag.FlagSet{pf, f} {
-		fs.VisitAll(func(fl *pflag.Flag) {
-			env := EnvName(fl.Name)
-			fl.Usage += " [$" + env + "]"
-			_ = fs.SetAnnotation(fl.Name, envAnnotation, []string{env})
-		})
-	}
+	annotateEnv(pf)
+	annotateEnv(f)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(logFormats, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagDirname("classes")
 	_ = cmd.MarkPersistentFlagDirname("data-dir")
 
 	cmd.AddCommand(newDevCertCmd(&opts, stdout))
+	cmd.AddCommand(newAuditCmd(&opts, nil))
 	return cmd
 }
 
@@ -247,4 +242,35 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// addEtcdFlags adds the external cluster's flags.
+func addEtcdFlags(f *pflag.FlagSet, opts *Options) {
+	f.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints, comma-separated (empty: start an embedded etcd in <data-dir>/etcd)")
+	f.StringVar(&opts.EtcdCA, "etcd-ca", "", "CA certificate (PEM) to verify the external etcd cluster")
+	f.StringVar(&opts.EtcdCert, "etcd-cert", "", "client certificate (PEM) for the external etcd cluster")
+	f.StringVar(&opts.EtcdKey, "etcd-key", "", "client key (PEM) for the external etcd cluster")
+}
+
+// addAuditFlags adds the audit sink and archive flags.
+func addAuditFlags(f *pflag.FlagSet, opts *Options) {
+	f.StringVar(&opts.Audit.SQLite, "audit-sqlite", "", "the embedded history file (default <data-dir>/audit.db; unused with --audit-clickhouse)")
+	f.StringVar(&opts.Audit.ClickHouse, "audit-clickhouse", "", "write the history to ClickHouse instead: clickhouse://host:9000/database (shared by every lockd of a cluster)")
+	f.DurationVar(&opts.Audit.CompactionWindow, "audit-compaction-window", opts.Audit.CompactionWindow, "etcd's compaction retention; the tailer's lag alarm fires at half of it")
+	f.StringVar(&opts.Audit.Archive.Endpoint, "audit-archive-endpoint", "", "MinIO/S3 host:port to archive the history to (hourly Parquet; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	f.BoolVar(&opts.Audit.Archive.Insecure, "audit-archive-insecure", false, "talk plain HTTP to --audit-archive-endpoint")
+	f.StringVar(&opts.Audit.Archive.Bucket, "audit-archive-bucket", "", "bucket for the hourly Parquet files")
+	f.StringVar(&opts.Audit.Archive.ForceBucket, "audit-force-bucket", "", "bucket, created with object lock, for force-release records")
+	f.StringVar(&opts.Audit.Archive.ForceMode, "audit-force-mode", opts.Audit.Archive.ForceMode, "object-lock retention mode of force-release records: COMPLIANCE|GOVERNANCE")
+	f.DurationVar(&opts.Audit.Archive.ForceRetention, "audit-force-retention", opts.Audit.Archive.ForceRetention, "how long a force-release record cannot be deleted")
+	f.DurationVar(&opts.Audit.Archive.Every, "audit-archive-every", opts.Audit.Archive.Every, "how often the last complete hour is archived")
+}
+
+// annotateEnv gives every flag of fs its LOCKD_* variable.
+func annotateEnv(fs *pflag.FlagSet) {
+	fs.VisitAll(func(fl *pflag.Flag) {
+		env := EnvName(fl.Name)
+		fl.Usage += " [$" + env + "]"
+		_ = fs.SetAnnotation(fl.Name, envAnnotation, []string{env})
+	})
 }

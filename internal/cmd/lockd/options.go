@@ -20,6 +20,7 @@ const DevSPIFFEID = lockd.DevSPIFFEID
 // Log levels and formats accepted by --log-level and --log-format.
 var (
 	logLevels  = lockd.LogLevels
+	auditModes = lockd.AuditModes
 	logFormats = lockd.LogFormats
 )
 
