@@ -18,6 +18,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/forcerelease"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/history"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/inspect"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/login"
@@ -137,6 +138,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 
 	root.AddCommand(lock.NewCmdLock(f, nil))
 	root.AddCommand(inspect.NewCmdInspect(f, nil))
+	root.AddCommand(history.NewCmdHistory(f, nil))
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
