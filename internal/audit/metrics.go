@@ -18,6 +18,7 @@ type metrics struct {
 	gaps         *prometheus.CounterVec
 	rows         *prometheus.CounterVec
 	sinkErrors   prometheus.Counter
+	storeResets  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,9 +42,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "History rows stored."}, cl),
 		sinkErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockd_audit_sink_errors_total",
 			Help: "Failed writes to the history sink (each is retried; no row is dropped)."}),
+		storeResets: prometheus.NewCounter(prometheus.CounterOpts{Name: "lockd_audit_store_resets_total",
+			Help: "Times the store's revision fell behind the history (a store rebuilt under the same cluster ID): the tailer snapshots again."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.leader, m.lagRevisions, m.lagSeconds, m.window, m.pastHalf, m.checkpoint, m.gaps, m.rows, m.sinkErrors)
+		reg.MustRegister(m.leader, m.lagRevisions, m.lagSeconds, m.window, m.pastHalf, m.checkpoint, m.gaps, m.rows, m.sinkErrors, m.storeResets)
 	}
 	return m
 }

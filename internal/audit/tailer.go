@@ -114,6 +114,7 @@ type Tailer struct {
 	leading bool
 	cluster uint64
 	done    int64 // every row of every revision up to here is stored
+	head    int64 // the store's revision at the last probe (0: none yet)
 	samples []sample
 }
 
@@ -306,6 +307,11 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// A store rebuilt under the same cluster ID starts its revisions again;
+	// a watch resumed past them would wait, or skip what it never sees.
+	behind := time.NewTicker(2 * t.cfg.ProbeEvery)
+	defer behind.Stop()
+	var suspect int64 // a stored revision a probe was behind
 
 	flush := func() error {
 		if pendingRev == 0 {
@@ -331,6 +337,23 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 			if err := flush(); err != nil {
 				return err
 			}
+		case <-behind.C:
+			// A probe answered before the watch's last event can be behind
+			// it: only a later probe still behind a stored revision counts.
+			head, stored := t.headRev(), t.storedRev()
+			if head == 0 || head >= stored {
+				suspect = 0
+				continue
+			}
+			if suspect == 0 || head >= suspect {
+				suspect = stored
+				continue
+			}
+			t.m.storeResets.Inc()
+			t.cfg.Logger.Error("audit: the store went back (rebuilt under the same cluster ID?); the history goes on from a new snapshot, "+
+				"and changes of the old store after the last one stored were not read, if there were any",
+				"cluster", hex(st.clusterID), "stored", stored, "store_revision", head)
+			return fmt.Errorf("audit: the store's revision %d is behind the history's %d", head, stored)
 		case wr, ok := <-wch:
 			if !ok {
 				return errors.New("audit: watch closed")
@@ -443,6 +466,12 @@ func (t *Tailer) setStored(cluster uint64, rev int64) {
 	t.mu.Unlock()
 }
 
+func (t *Tailer) headRev() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.head
+}
+
 func (t *Tailer) storedRev() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -485,6 +514,7 @@ func (t *Tailer) probe(ctx context.Context) {
 func (t *Tailer) lag(head int64, now time.Time) (int64, time.Duration, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.head = head
 	t.samples = append(t.samples, sample{rev: head, at: now})
 	// Samples at or below the stored revision are done with; keep the
 	// oldest one above it (it says since when the tailer has been behind).

@@ -165,6 +165,11 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 			run.Renewal = ren
 		}
 		r.Close()
+		if mode == rig.Embedded && slices.Contains(o.Systems, result.Lockd) {
+			if run.Audit, err = auditCompare(ctx, o, exe, lockd); err != nil {
+				return runs, err
+			}
+		}
 		runs = append(runs, run)
 	}
 	return runs, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -55,7 +56,24 @@ func Table(w io.Writer, run *result.Run) {
 			fmt.Fprintf(tw, "  %s\t%s\n", key, n)
 		}
 	}
+	if a := run.Audit; a != nil {
+		fmt.Fprintf(tw, "\naudit tailer (%s, lockd alone, ABBA off/on/on/off)\n", a.Scenario)
+		for _, row := range auditRows(a) {
+			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
+		}
+	}
 	tw.Flush()
+}
+
+func auditRows(a *result.Audit) [][2]string {
+	return [][2]string{
+		{"grants/s, tailer off", rate(a.OffGrantsPerSec)},
+		{"grants/s, tailer on", rate(a.OnGrantsPerSec)},
+		{"on/off", fmt.Sprintf("%.2fx", a.Ratio)},
+		{"tailer lag p99", latency(a.LagP99)},
+		{"tailer lag max", latency(a.LagMax)},
+		{"lag samples", strconv.Itoa(a.Samples)},
+	}
 }
 
 // Markdown writes the same content as Table as Markdown: a header line,
@@ -93,6 +111,14 @@ func Markdown(w io.Writer, run *result.Run) {
 			for _, n := range rn.Notes {
 				fmt.Fprintf(w, "- %s\n", n)
 			}
+		}
+	}
+	if a := run.Audit; a != nil {
+		fmt.Fprintf(w, "\n### Audit tailer (%s, lockd alone, ABBA off/on/on/off)\n\n", a.Scenario)
+		fmt.Fprintln(w, "| measure | value |")
+		fmt.Fprintln(w, "|---|---|")
+		for _, row := range auditRows(a) {
+			fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
 		}
 	}
 }

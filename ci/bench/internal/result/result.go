@@ -23,6 +23,7 @@ type Run struct {
 	Duration  string      `json:"duration"`
 	Scenarios []*Scenario `json:"scenarios"`
 	Renewal   *Renewal    `json:"renewal,omitempty"`
+	Audit     *Audit      `json:"audit,omitempty"`
 	Profiles  []string    `json:"profiles,omitempty"` // paths of lockd pprof files
 }
 
@@ -116,4 +117,21 @@ type Renewal struct {
 	// when not, Notes say where it broke.
 	Held  bool     `json:"held"`
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Audit is lockd with its audit tailer off and on, in one run (ABBA: off,
+// on, on, off, each pass on a fresh lockd), and the tailer's lag meanwhile.
+type Audit struct {
+	Scenario string `json:"scenario"`
+	// OffGrantsPerSec and OnGrantsPerSec are lockd's throughput without and
+	// with the tailer; Ratio is on/off.
+	OffGrantsPerSec float64 `json:"offGrantsPerSec"`
+	OnGrantsPerSec  float64 `json:"onGrantsPerSec"`
+	Ratio           float64 `json:"ratio"`
+	// LagP99 and LagMax are over samples of lockd_audit_lag_seconds taken
+	// every 250 ms while the tailer was on (the tailer updates it every
+	// second); Samples counts them.
+	LagP99  time.Duration `json:"lagP99"`
+	LagMax  time.Duration `json:"lagMax"`
+	Samples int           `json:"samples"`
 }

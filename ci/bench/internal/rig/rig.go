@@ -53,6 +53,9 @@ type Config struct {
 	Identities int
 	// Pprof serves lockd's profiles on its metrics listener.
 	Pprof bool
+	// Audit is lockd's --audit (empty: its default, on with the embedded
+	// etcd).
+	Audit string
 }
 
 // Rig is the running etcd and lockd.
@@ -84,6 +87,9 @@ func Start(ctx context.Context, c Config) (*Rig, error) {
 		"--classes", classes, "--data-dir", filepath.Join(c.Dir, "lockd"), "--log-level", "warn"}
 	if c.Pprof {
 		l.Args = append(l.Args, "--debug-pprof")
+	}
+	if c.Audit != "" {
+		l.Args = append(l.Args, "--audit", c.Audit)
 	}
 	switch c.Mode {
 	case Embedded:

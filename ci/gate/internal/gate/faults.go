@@ -26,6 +26,9 @@ const (
 	KindStoreRebuild       = "store-rebuild"
 	KindForceRelease       = "force-release"
 	KindClassReload        = "class-reload"
+	// KindTailerKill SIGKILLs the elected audit tailer mid-batch and
+	// restarts it: the history must still be complete, without duplicates.
+	KindTailerKill = "tailer-kill"
 	// KindReentrant is not scheduled: with it, workers sometimes acquire
 	// the key they hold again from a second goroutine, racing their own
 	// release; the count is the re-entries that happened.
@@ -35,7 +38,7 @@ const (
 // Kinds lists every fault kind, in the order "all" means.
 var Kinds = []string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
 	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
-	KindClassReload, KindReentrant}
+	KindClassReload, KindTailerKill, KindReentrant}
 
 // scheduled reports whether the schedule injects kind (rather than the
 // workers doing it all along).
@@ -176,6 +179,8 @@ func (r *run) fault(ctx context.Context, kind string) error {
 	case KindStoreRebuild:
 		f.Target = "cluster"
 		err = r.storeRebuild(ctx, &f)
+	case KindTailerKill:
+		err = r.tailerKill(ctx, &f)
 	case KindForceRelease:
 		err = r.forceRelease(ctx, &f)
 	case KindClassReload:

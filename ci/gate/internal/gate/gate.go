@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockd-dev/lockd/ci/gate/internal/auditcheck"
 	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/fencedstore"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
@@ -99,9 +100,11 @@ type Summary struct {
 	// MinGrants is the floor the run was held to.
 	MinGrants int          `json:"minGrants"`
 	Check     check.Result `json:"check"`
-	Artifacts string       `json:"artifacts"`
-	Passed    bool         `json:"passed"`
-	Reason    string       `json:"reason,omitempty"`
+	// Audit is the audit check: the history against what was observed.
+	Audit     auditcheck.Result `json:"audit"`
+	Artifacts string            `json:"artifacts"`
+	Passed    bool              `json:"passed"`
+	Reason    string            `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -113,6 +116,7 @@ type run struct {
 	cl       *cluster.Cluster
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
+	tailers  []*tailer         // the audit tailers (lockd audit)
 	workers  []*proc.Proc
 	storeURL string
 	rec      *history.Recorder // the gate's own operations (force-releases)
@@ -294,6 +298,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		}
 	}
 	r.logf("gate: %d lockd arbiters ready", len(r.arbiters))
+	if err := r.startTailers(ctx, lockd); err != nil {
+		return err
+	}
 
 	// Workers.
 	for i := range o.Workers {
@@ -391,6 +398,7 @@ func (r *run) teardown() {
 	for _, a := range r.arbiters {
 		a.Stop(5 * time.Second)
 	}
+	r.drainHistory(context.Background())
 	if r.rec != nil {
 		_ = r.rec.Close()
 	}
@@ -436,6 +444,11 @@ func (r *run) verdict(s *Summary) error {
 	}
 	fb, _ := json.MarshalIndent(r.faults, "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "faults.json"), fb, 0o644)
+	ares, err := r.auditVerdict(context.Background(), ops)
+	if err != nil {
+		return fmt.Errorf("gate: reading the audit history: %w", err)
+	}
+	s.Audit = ares
 
 	closed := grantsClosed(r.faults, r.start, r.end)
 	s.GrantsClosed = closed.Round(time.Second).String()
@@ -452,6 +465,8 @@ func (r *run) verdict(s *Summary) error {
 		verr = nil
 	case !res.Passed():
 		verr = fmt.Errorf("%w: %d (inconclusive %d)", ErrViolation, res.Violations, res.Inconclusive)
+	case !ares.Passed():
+		verr = fmt.Errorf("%w: the audit history: %d problems, the first: %s", ErrViolation, len(ares.Problems), ares.Problems[0])
 	case res.Grants < s.MinGrants:
 		verr = fmt.Errorf("%w: %d grants, at least %d needed (one per second of the run outside the %s closed by restores and rebuilds)",
 			ErrTooLittle, res.Grants, s.MinGrants, s.GrantsClosed)

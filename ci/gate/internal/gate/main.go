@@ -102,6 +102,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d store=%s fencing=%v\n",
 		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
 	fmt.Fprintf(stdout, "run %s, of which grants closed by design %s; floor %d grants\n", s.Ran, s.GrantsClosed, s.MinGrants)
+	a := s.Audit
+	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked, lost with the store=%d, problems=%d\n",
+		a.Rows, a.Grants, a.Releases, a.Forces, a.RolledBack, len(a.Problems))
+	for i, p := range a.Problems {
+		if i == 5 {
+			fmt.Fprintf(stdout, "  … %d more in summary.json\n", len(a.Problems)-5)
+			break
+		}
+		fmt.Fprintf(stdout, "  audit: %s\n", p)
+	}
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)

@@ -1,0 +1,140 @@
+// Package auditcheck is the release gate's audit check: after a run, the
+// history the audit tailer wrote must hold every grant a worker observed
+// (same token), every release a worker made and every force-release the
+// gate made, ended the right way, with no token granted twice and no gap.
+package auditcheck
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+	"github.com/lockd-dev/lockd/internal/audit"
+)
+
+// Result is the check's outcome.
+type Result struct {
+	Rows   int            `json:"rows"`
+	ByKind map[string]int `json:"byKind"`
+	// Grants, Releases and Forces are the observed operations checked.
+	Grants   int `json:"grants"`
+	Releases int `json:"releases"`
+	Forces   int `json:"forces"`
+	// RolledBack are observed grants or releases missing from the history
+	// inside a restore's or a rebuild's window: the store itself lost them
+	// (rolled back to the snapshot, or wiped) before the tailer read them.
+	RolledBack int `json:"rolledBack"`
+	// Problems are the violations, one line each; Passed is len == 0.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Passed reports whether the history is complete and consistent.
+func (r Result) Passed() bool { return len(r.Problems) == 0 }
+
+// lossWindow is how long before a restore or a rebuild an observed change
+// may be lost with the store: the restore fault snapshots 3 s before it
+// restores, the rebuild wipes at once; the tailer normally reads within a
+// second.
+const lossWindow int64 = 5e9
+
+// Run checks rows against the operations the workers and the gate recorded.
+func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
+	res := Result{Rows: len(rows), ByKind: map[string]int{}}
+	started := map[uint64][]audit.Event{} // token -> rows that started it
+	ended := map[uint64][]audit.Event{}   // token -> rows that ended it
+	for _, r := range rows {
+		res.ByKind[string(r.Kind)]++
+		switch r.Kind {
+		case audit.KindGap:
+			res.Problems = append(res.Problems, fmt.Sprintf("gap: revisions %d-%d of cluster %x are missing (%s); the gate never compacts", r.GapFrom, r.GapTo, r.ClusterID, r.Reason))
+		case audit.KindGrant:
+			started[r.Token] = append(started[r.Token], r)
+		case audit.KindHandoff:
+			started[r.Token] = append(started[r.Token], r)
+			ended[r.EndedToken] = append(ended[r.EndedToken], r)
+		case audit.KindEpochAdvance:
+			if r.Key != audit.EpochKey {
+				ended[r.EndedToken] = append(ended[r.EndedToken], r)
+			}
+		default:
+			ended[r.EndedToken] = append(ended[r.EndedToken], r)
+		}
+	}
+	for tok, rs := range started {
+		if tok != 0 && len(rs) > 1 {
+			res.Problems = append(res.Problems, fmt.Sprintf("token %d started %d holds: %s", tok, len(rs), where(rs)))
+		}
+	}
+	lost := func(op history.Op) bool {
+		for _, f := range faults {
+			if f.Err == "" && (f.Kind == "restore" || f.Kind == "store-rebuild") && op.Call >= f.Start-lossWindow && op.Call <= f.End {
+				return true
+			}
+		}
+		return false
+	}
+	for _, op := range ops {
+		if op.Outcome != history.Ok || op.Token == 0 {
+			continue
+		}
+		switch op.Kind {
+		case history.Acquire:
+			res.Grants++
+			rs := started[op.Token]
+			switch {
+			case len(rs) == 0 && lost(op):
+				res.RolledBack++
+			case len(rs) == 0:
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's grant of %s (token %d) is not in the history", op.Worker, op.Key, op.Token))
+			case rs[0].Key != op.Key:
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's grant of %s (token %d) is in the history for %s", op.Worker, op.Key, op.Token, rs[0].Key))
+			}
+		case history.Release:
+			res.Releases++
+			rs := ended[op.Token]
+			switch {
+			case len(rs) == 0 && lost(op):
+				res.RolledBack++
+			case len(rs) == 0:
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's release of %s (token %d) is not in the history", op.Worker, op.Key, op.Token))
+			case !anyRow(rs, func(r audit.Event) bool { return r.Kind == audit.KindRelease || r.Kind == audit.KindHandoff }):
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d released %s (token %d); the history says %s", op.Worker, op.Key, op.Token, where(rs)))
+			}
+		case history.Force:
+			res.Forces++
+			rs := ended[op.Token]
+			switch {
+			case len(rs) == 0 && lost(op):
+				res.RolledBack++
+			case len(rs) == 0:
+				res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) is not in the history", op.Key, op.Token))
+			case !anyRow(rs, func(r audit.Event) bool {
+				return r.Kind == audit.KindForceRelease && r.Approver != "" && r.Requester != "" && r.Reason != ""
+			}):
+				res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) is not recorded as one with its operators and reason: %s", op.Key, op.Token, where(rs)))
+			}
+		}
+	}
+	sort.Strings(res.Problems)
+	return res
+}
+
+func anyRow(rs []audit.Event, ok func(audit.Event) bool) bool {
+	for _, r := range rs {
+		if ok(r) {
+			return true
+		}
+	}
+	return false
+}
+
+func where(rs []audit.Event) string {
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %s at %x/%d/%d", r.Kind, r.Key, r.ClusterID, r.Epoch, r.Revision)
+	}
+	return s
+}
