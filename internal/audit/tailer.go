@@ -37,7 +37,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Now        func() time.Time
 	// BatchRows and BatchWait bound a batch: it is written when it has
-	// BatchRows rows or its first row has waited BatchWait (defaults 1000,
+	// BatchRows rows or its first row has waited BatchWait (defaults 5000,
 	// 1s). A batch always holds whole revisions.
 	BatchRows int
 	BatchWait time.Duration
@@ -76,7 +76,7 @@ func (c *Config) defaults() error {
 		c.Now = time.Now
 	}
 	if c.BatchRows <= 0 {
-		c.BatchRows = 1000
+		c.BatchRows = 5000
 	}
 	if c.BatchWait <= 0 {
 		c.BatchWait = time.Second
@@ -115,7 +115,10 @@ type Tailer struct {
 	cluster uint64
 	done    int64 // every row of every revision up to here is stored
 	head    int64 // the store's revision at the last probe (0: none yet)
-	samples []sample
+	// pendingSince is when the oldest row read but not yet stored was
+	// read (zero: none).
+	pendingSince time.Time
+	samples      []sample
 }
 
 type sample struct {
@@ -325,6 +328,7 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 		}
 		t.m.rows.WithLabelValues(hex(st.clusterID)).Add(float64(len(pending)))
 		t.setStored(st.clusterID, pendingRev)
+		t.setPending(time.Time{})
 		pending, pendingRev = pending[:0], 0
 		timer.Stop()
 		return nil
@@ -388,6 +392,7 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 				}
 				if pendingRev == 0 {
 					firstAt = t.cfg.Now()
+					t.setPending(firstAt)
 					timer.Reset(t.cfg.BatchWait)
 				}
 				pending = append(pending, rows...)
@@ -466,6 +471,12 @@ func (t *Tailer) setStored(cluster uint64, rev int64) {
 	t.mu.Unlock()
 }
 
+func (t *Tailer) setPending(at time.Time) {
+	t.mu.Lock()
+	t.pendingSince = at
+	t.mu.Unlock()
+}
+
 func (t *Tailer) headRev() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -526,7 +537,13 @@ func (t *Tailer) lag(head int64, now time.Time) (int64, time.Duration, uint64) {
 	if head <= t.done || len(t.samples) == 0 {
 		return 0, 0, t.cluster
 	}
-	return head - t.done, now.Sub(t.samples[0].at), t.cluster
+	// The probe's samples say it to the probe's interval; rows read but
+	// not stored yet say it to the moment.
+	lagFor := now.Sub(t.samples[0].at)
+	if !t.pendingSince.IsZero() {
+		lagFor = max(lagFor, now.Sub(t.pendingSince))
+	}
+	return head - t.done, lagFor, t.cluster
 }
 
 func epochOf(kvs []*mvccKV) uint32 {

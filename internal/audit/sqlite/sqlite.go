@@ -88,6 +88,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Sink, error) {
 	return &Sink{db: db}, nil
 }
 
+// rowsPerInsert is how many rows one INSERT statement carries: far fewer
+// statements to run than one per row, within SQLite's 32766 parameters.
+const rowsPerInsert = 200
+
 // Write stores rows in one transaction; a row already stored (same
 // identity) is left as it is.
 func (s *Sink) Write(ctx context.Context, rows []audit.Event) error {
@@ -99,18 +103,22 @@ func (s *Sink) Write(ctx context.Context, rows []audit.Event) error {
 		return fmt.Errorf("%w: sqlite: begin: %v", audit.ErrSink, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO events (`+columns+`) VALUES (`+strings.Repeat("?,", 22)+`?)`)
-	if err != nil {
-		return fmt.Errorf("%w: sqlite: prepare: %v", audit.ErrSink, err)
-	}
-	defer stmt.Close()
-	for _, r := range rows {
-		if _, err := stmt.ExecContext(ctx, int64(r.ClusterID), r.Epoch, r.Revision, r.Key, string(r.Kind), r.Class, nanos(r.ObservedAt),
-			r.Holder, r.Session, int64(r.Token), nanos(r.AcquiredAt),
-			r.EndedHolder, r.EndedSession, int64(r.EndedToken), nanos(r.EndedAcquiredAt), int64(r.Duration),
-			r.Requester, r.Approver, r.Reason, r.FromEpoch, r.ToEpoch, r.GapFrom, r.GapTo); err != nil {
-			return fmt.Errorf("%w: sqlite: insert revision %d key %q: %v", audit.ErrSink, r.Revision, r.Key, err)
+	one := "(" + strings.Repeat("?,", 22) + "?)"
+	args := make([]any, 0, 23*rowsPerInsert)
+	for len(rows) > 0 {
+		n := min(len(rows), rowsPerInsert)
+		args = args[:0]
+		for _, r := range rows[:n] {
+			args = append(args, int64(r.ClusterID), r.Epoch, r.Revision, r.Key, string(r.Kind), r.Class, nanos(r.ObservedAt),
+				r.Holder, r.Session, int64(r.Token), nanos(r.AcquiredAt),
+				r.EndedHolder, r.EndedSession, int64(r.EndedToken), nanos(r.EndedAcquiredAt), int64(r.Duration),
+				r.Requester, r.Approver, r.Reason, r.FromEpoch, r.ToEpoch, r.GapFrom, r.GapTo)
 		}
+		q := `INSERT OR IGNORE INTO events (` + columns + `) VALUES ` + strings.TrimSuffix(strings.Repeat(one+",", n), ",")
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("%w: sqlite: insert %d rows from revision %d: %v", audit.ErrSink, n, rows[0].Revision, err)
+		}
+		rows = rows[n:]
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%w: sqlite: commit: %v", audit.ErrSink, err)
