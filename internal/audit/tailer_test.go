@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/audit"
 	"github.com/lockd-dev/lockd/internal/audit/sqlite"
+	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -94,10 +95,31 @@ func kinds(rows []audit.Event) []audit.Kind {
 	return ks
 }
 
+// TestTailerRecordsEveryKindOfEnd drives every kind of end through a real
+// lockd and reads it back from the embedded store and from a real
+// ClickHouse.
 func TestTailerRecordsEveryKindOfEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sink func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string { return t.TempDir() + "/history.db" }},
+		{"clickhouse", func(t *testing.T) string { return testserver.StartClickHouse(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink, err := openSinkURL(t.Context(), tc.sink(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sink.Close() })
+			recordsEveryKindOfEnd(t, sink)
+		})
+	}
+}
+
+func recordsEveryKindOfEnd(t *testing.T, sink audit.Sink) {
 	env := lockdtest.Start(t, lockdtest.Options{Classes: shortClasses()})
 	cli := env.Backend.Client
-	sink := openSink(t, t.TempDir()+"/history.db")
 	tl, _ := startTailer(t, cli, sink, nil)
 	ctx := t.Context()
 	alice, bob := env.Client(t, lockdtest.Alice), env.Client(t, lockdtest.Bob)
