@@ -116,6 +116,16 @@ type Filter struct {
 	Limit int
 }
 
+// ClassStats is one class's history over a window.
+type ClassStats struct {
+	Class string // "namespace/name"
+	// Grants counts holds started (grants and handoffs); Expiries holds
+	// ended by an expiry (nobody released them); Forced by a force-release.
+	Grants, Expiries, Forced int64
+	// Longest is the longest hold that ended in the window.
+	Longest time.Duration
+}
+
 // Sink stores rows.
 type Sink interface {
 	// Write stores rows idempotently: a row whose identity is stored
@@ -125,6 +135,9 @@ type Sink interface {
 	// Query returns the rows matching f, ordered by cluster, epoch,
 	// revision and key, each identity once.
 	Query(ctx context.Context, f Filter) ([]Event, error)
+	// Stats aggregates the rows observed in [since, until) per class
+	// (zero times do not bound), sorted by class.
+	Stats(ctx context.Context, since, until time.Time) ([]ClassStats, error)
 	Close() error
 }
 

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/audit"
-	"github.com/lockd-dev/lockd/internal/audit/sqlite"
 	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -29,15 +28,6 @@ func shortClasses() map[string]string {
 	return m
 }
 
-func openSink(t *testing.T, path string) *sqlite.Sink {
-	t.Helper()
-	s, err := sqlite.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 // startTailer runs a tailer until the test ends (or stop is called).
 func startTailer(t *testing.T, cli *clientv3.Client, sink audit.Sink, mod func(*audit.Config)) (tl *audit.Tailer, stop func()) {
@@ -242,6 +232,18 @@ func recordsEveryKindOfEnd(t *testing.T, sink audit.Sink) {
 	adv2 := check(audit.EpochKey, audit.KindEpochAdvance)
 	if adv2[0].FromEpoch != second.Epoch() || adv2[0].ToEpoch != adv.GetEpoch() {
 		t.Errorf("advance row %+v, want %d -> %d", adv2[0], second.Epoch(), adv.GetEpoch())
+	}
+
+	// Per class: six holds started (one by a handoff), one expired, one forced.
+	stats, err := sink.Stats(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 1 || stats[0].Class != "t/std" || stats[0].Grants != 6 || stats[0].Expiries != 1 || stats[0].Forced != 1 || stats[0].Longest < 4*time.Second {
+		t.Errorf("stats %+v; want t/std with 6 grants, 1 expiry, 1 forced, the longest hold the expired one (about 5s)", stats)
+	}
+	if later, err := sink.Stats(ctx, time.Now().Add(time.Hour), time.Time{}); err != nil || len(later) != 0 {
+		t.Errorf("stats of a window after every row: %+v, %v", later, err)
 	}
 }
 

@@ -155,3 +155,32 @@ func tokenProto(v uint64) *lockv1.Token {
 	epoch, rev := token.Unpack(v)
 	return &lockv1.Token{Value: v, Epoch: epoch, Revision: rev}
 }
+
+// HistoryStats implements lock.v1.
+func (s *Server) HistoryStats(ctx context.Context, req *lockv1.HistoryStatsRequest) (*lockv1.HistoryStatsResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	if s.history == nil {
+		return nil, toStatus(ErrHistoryOff)
+	}
+	var since, until time.Time
+	if req.GetSince() != nil {
+		since = req.GetSince().AsTime()
+	}
+	if req.GetUntil() != nil {
+		until = req.GetUntil().AsTime()
+	}
+	stats, err := s.history.Stats(ctx, since, until)
+	if err != nil {
+		s.log.Warn("history stats failed", "err", err)
+		return nil, toStatus(fmt.Errorf("%w: the audit history did not answer: %v", arbiter.ErrUnavailable, err))
+	}
+	resp := &lockv1.HistoryStatsResponse{}
+	for _, c := range stats {
+		ns, name, _ := strings.Cut(c.Class, "/")
+		resp.Classes = append(resp.Classes, &lockv1.ClassHistory{Namespace: ns, Class: name, Grants: c.Grants, Expiries: c.Expiries,
+			Forced: c.Forced, LongestHold: durationpb.New(c.Longest)})
+	}
+	return resp, nil
+}

@@ -62,6 +62,11 @@ const (
 // dates to the second.
 const MinForceRetention = time.Second
 
+// Source is where the archive reads the history (an audit.Sink).
+type Source interface {
+	Query(ctx context.Context, f audit.Filter) ([]audit.Event, error)
+}
+
 // Config configures an Archiver.
 type Config struct {
 	// Client is the object store.
@@ -78,7 +83,7 @@ type Config struct {
 	// its upload; at least MinForceRetention.
 	ForceRetention time.Duration
 	// Source is the history to archive, read with Query only.
-	Source audit.Sink
+	Source Source
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// Logger logs Run's failures; nil is slog.Default().

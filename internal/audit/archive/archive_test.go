@@ -21,7 +21,7 @@ import (
 )
 
 // memSource is the archive's input, not the thing under test: a small
-// in-memory audit.Sink that answers Query by ClusterID, Since/Until,
+// in-memory Source that answers Query by ClusterID, Since/Until,
 // FromRevision/ToRevision, Kinds and Limit, in the Sink's order (cluster,
 // epoch, revision, key), each identity once. failQueries makes that many
 // Queries fail first.
@@ -146,7 +146,7 @@ func newSource(t *testing.T, rows ...[]audit.Event) *memSource {
 	return s
 }
 
-func testConfig(m *testserver.MinIO, src audit.Sink) Config {
+func testConfig(m *testserver.MinIO, src Source) Config {
 	return Config{
 		Client:         m.Client,
 		Bucket:         "audit-archive",

@@ -260,6 +260,43 @@ func (s *Sink) send(ctx context.Context, rows []audit.Event) (err error) {
 	return nil
 }
 
+// Stats implements audit.Sink: per class counts over the window, read with
+// FINAL so a replayed row counts once.
+func (s *Sink) Stats(ctx context.Context, since, until time.Time) ([]audit.ClassStats, error) {
+	q := "SELECT class, countIf(kind IN ('grant', 'handoff')), countIf(kind = 'expiry'), countIf(kind = 'force-release'), max(duration) FROM " +
+		s.table + " FINAL WHERE class != ''"
+	var args []any
+	if !since.IsZero() {
+		q += " AND observed_at >= ?"
+		args = append(args, since.UnixNano())
+	}
+	if !until.IsZero() {
+		q += " AND observed_at < ?"
+		args = append(args, until.UnixNano())
+	}
+	q += " GROUP BY class ORDER BY class"
+	rows, err := s.conn.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: clickhouse: stats %s: %v (retry once the server is reachable)", audit.ErrSink, s.table, err)
+	}
+	defer rows.Close()
+	var out []audit.ClassStats
+	for rows.Next() {
+		var c audit.ClassStats
+		var grants, expiries, forced uint64
+		var longest int64
+		if err := rows.Scan(&c.Class, &grants, &expiries, &forced, &longest); err != nil {
+			return nil, fmt.Errorf("%w: clickhouse: stats: %v", audit.ErrSink, err)
+		}
+		c.Grants, c.Expiries, c.Forced, c.Longest = int64(grants), int64(expiries), int64(forced), time.Duration(longest)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%w: clickhouse: stats: %v", audit.ErrSink, err)
+	}
+	return out, nil
+}
+
 // Query returns the rows matching f, each identity once (FINAL), ordered
 // by cluster_id, epoch, revision and key. Every value of f is a bound
 // parameter. A negative Limit is an error wrapping audit.ErrConfig; a

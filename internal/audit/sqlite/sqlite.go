@@ -200,6 +200,45 @@ func (s *Sink) Query(ctx context.Context, f audit.Filter) ([]audit.Event, error)
 	return out, nil
 }
 
+// Stats implements audit.Sink.
+func (s *Sink) Stats(ctx context.Context, since, until time.Time) ([]audit.ClassStats, error) {
+	q := `SELECT class,
+  SUM(CASE WHEN kind IN ('grant','handoff') THEN 1 ELSE 0 END),
+  SUM(CASE WHEN kind = 'expiry' THEN 1 ELSE 0 END),
+  SUM(CASE WHEN kind = 'force-release' THEN 1 ELSE 0 END),
+  MAX(duration)
+FROM events WHERE class != ''`
+	var args []any
+	if !since.IsZero() {
+		q += ` AND observed_at >= ?`
+		args = append(args, since.UnixNano())
+	}
+	if !until.IsZero() {
+		q += ` AND observed_at < ?`
+		args = append(args, until.UnixNano())
+	}
+	q += ` GROUP BY class ORDER BY class`
+	rs, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sqlite: stats: %v", audit.ErrSink, err)
+	}
+	defer rs.Close()
+	var out []audit.ClassStats
+	for rs.Next() {
+		var c audit.ClassStats
+		var longest int64
+		if err := rs.Scan(&c.Class, &c.Grants, &c.Expiries, &c.Forced, &longest); err != nil {
+			return nil, fmt.Errorf("%w: sqlite: stats: %v", audit.ErrSink, err)
+		}
+		c.Longest = time.Duration(longest)
+		out = append(out, c)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("%w: sqlite: stats: %v", audit.ErrSink, err)
+	}
+	return out, nil
+}
+
 // Close closes the file.
 func (s *Sink) Close() error {
 	if err := s.db.Close(); err != nil && !errors.Is(err, sql.ErrConnDone) {

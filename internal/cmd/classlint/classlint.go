@@ -75,7 +75,7 @@ func classify(err error) error {
 	switch {
 	case errors.As(err, &ee), errors.As(err, &ue):
 		return err
-	case errors.Is(err, cost.ErrUnreachable), errors.Is(err, forge.ErrUnreachable):
+	case errors.Is(err, cost.ErrUnreachable), errors.Is(err, forge.ErrUnreachable), errors.Is(err, ErrHistoryUnreachable):
 		return cli.Exit(ExitUnavailable, err)
 	default:
 		return cli.Exit(ExitUsage, err)

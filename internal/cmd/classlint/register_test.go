@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/audit"
+	"github.com/lockd-dev/lockd/internal/audit/clickhouse"
 	"github.com/lockd-dev/lockd/internal/riskregister"
+	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
 
@@ -81,4 +85,44 @@ func TestRegisterUsageErrors(t *testing.T) {
 			require.Contains(t, errOut.String(), tt.want)
 		})
 	}
+}
+
+// TestRegisterGrantsFromTheHistory counts grants from a real ClickHouse
+// audit history: the last 24 hours before --now, per class.
+func TestRegisterGrantsFromTheHistory(t *testing.T) {
+	url := testserver.StartClickHouse(t)
+	sink, err := clickhouse.Open(t.Context(), url)
+	require.NoError(t, err)
+	defer sink.Close()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var rows []audit.Event
+	for i := range 5 {
+		rows = append(rows, audit.Event{ClusterID: 1, Epoch: 1, Revision: int64(10 + i), Key: "legacy/cron/x", Kind: audit.KindGrant,
+			Class: "legacy/cron", ObservedAt: now.Add(-time.Duration(i+1) * time.Hour)})
+	}
+	rows = append(rows, audit.Event{ClusterID: 1, Epoch: 1, Revision: 9, Key: "legacy/cron/x", Kind: audit.KindGrant,
+		Class: "legacy/cron", ObservedAt: now.Add(-30 * time.Hour)}) // before the window
+	require.NoError(t, sink.Write(t.Context(), rows))
+
+	var out, errOut bytes.Buffer
+	code := Main([]string{"register", registerClasses, "--now=2026-03-01T12:00:00Z", "--history-clickhouse", url, "-o", "json"}, &out, &errOut)
+	require.Equal(t, ExitOK, code, "stderr: %s", errOut.String())
+	var reg riskregister.Register
+	require.NoError(t, json.Unmarshal(out.Bytes(), &reg))
+	found := false
+	for _, r := range reg.Rows {
+		require.NotNil(t, r.Grants24h, "every class has a count once the history is read: %s/%s", r.Namespace, r.Class)
+		if r.Namespace == "legacy" && r.Class == "cron" {
+			found = true
+			require.EqualValues(t, 5, *r.Grants24h)
+		}
+	}
+	require.True(t, found)
+
+	down := "clickhouse://" + lockdtest.FreeAddr(t) + "/lockd_audit"
+	out.Reset()
+	errOut.Reset()
+	code = Main([]string{"register", registerClasses, "--history-clickhouse", down}, &out, &errOut)
+	require.Equal(t, ExitUnavailable, code, "stdout %q stderr %q", out.String(), errOut.String())
+	require.Empty(t, out.String())
 }

@@ -3634,6 +3634,193 @@ func (x *HistoryEvent) GetGapTo() int64 {
 	return 0
 }
 
+// HistoryStatsRequest is the window, by the tailer's observed time.
+type HistoryStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Until         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryStatsRequest) Reset() {
+	*x = HistoryStatsRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryStatsRequest) ProtoMessage() {}
+
+func (x *HistoryStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryStatsRequest.ProtoReflect.Descriptor instead.
+func (*HistoryStatsRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *HistoryStatsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *HistoryStatsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// HistoryStatsResponse has one entry per class with history in the window.
+type HistoryStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Classes       []*ClassHistory        `protobuf:"bytes,1,rep,name=classes,proto3" json:"classes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryStatsResponse) Reset() {
+	*x = HistoryStatsResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryStatsResponse) ProtoMessage() {}
+
+func (x *HistoryStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryStatsResponse.ProtoReflect.Descriptor instead.
+func (*HistoryStatsResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *HistoryStatsResponse) GetClasses() []*ClassHistory {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
+// ClassHistory is one class's history in the window.
+type ClassHistory struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Class     string                 `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
+	// Holds started: grants and handoffs.
+	Grants int64 `protobuf:"varint,3,opt,name=grants,proto3" json:"grants,omitempty"`
+	// Holds that ended because their session lapsed: nobody released them.
+	Expiries int64 `protobuf:"varint,4,opt,name=expiries,proto3" json:"expiries,omitempty"`
+	// Holds released by force.
+	Forced int64 `protobuf:"varint,5,opt,name=forced,proto3" json:"forced,omitempty"`
+	// The longest hold that ended in the window.
+	LongestHold   *durationpb.Duration `protobuf:"bytes,6,opt,name=longest_hold,json=longestHold,proto3" json:"longest_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClassHistory) Reset() {
+	*x = ClassHistory{}
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClassHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClassHistory) ProtoMessage() {}
+
+func (x *ClassHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClassHistory.ProtoReflect.Descriptor instead.
+func (*ClassHistory) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ClassHistory) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ClassHistory) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ClassHistory) GetGrants() int64 {
+	if x != nil {
+		return x.Grants
+	}
+	return 0
+}
+
+func (x *ClassHistory) GetExpiries() int64 {
+	if x != nil {
+		return x.Expiries
+	}
+	return 0
+}
+
+func (x *ClassHistory) GetForced() int64 {
+	if x != nil {
+		return x.Forced
+	}
+	return 0
+}
+
+func (x *ClassHistory) GetLongestHold() *durationpb.Duration {
+	if x != nil {
+		return x.LongestHold
+	}
+	return nil
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -3890,7 +4077,19 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"from_epoch\x18\x14 \x01(\rR\tfromEpoch\x12\x19\n" +
 	"\bto_epoch\x18\x15 \x01(\rR\atoEpoch\x12\x19\n" +
 	"\bgap_from\x18\x16 \x01(\x03R\agapFrom\x12\x15\n" +
-	"\x06gap_to\x18\x17 \x01(\x03R\x05gapTo*\xc8\x05\n" +
+	"\x06gap_to\x18\x17 \x01(\x03R\x05gapTo\"y\n" +
+	"\x13HistoryStatsRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"G\n" +
+	"\x14HistoryStatsResponse\x12/\n" +
+	"\aclasses\x18\x01 \x03(\v2\x15.lock.v1.ClassHistoryR\aclasses\"\xcc\x01\n" +
+	"\fClassHistory\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05class\x18\x02 \x01(\tR\x05class\x12\x16\n" +
+	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
+	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
+	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xc8\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -3923,7 +4122,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x13TOKEN_STATE_CURRENT\x10\x01\x12\x1a\n" +
 	"\x16TOKEN_STATE_SUPERSEDED\x10\x02\x12\x18\n" +
 	"\x14TOKEN_STATE_NOT_HELD\x10\x03\x12\x1b\n" +
-	"\x17TOKEN_STATE_OTHER_EPOCH\x10\x042\xa6\a\n" +
+	"\x17TOKEN_STATE_OTHER_EPOCH\x10\x042\xf3\a\n" +
 	"\vLockService\x12H\n" +
 	"\vOpenSession\x12\x1b.lock.v1.OpenSessionRequest\x1a\x1c.lock.v1.OpenSessionResponse\x12F\n" +
 	"\tKeepAlive\x12\x19.lock.v1.KeepAliveRequest\x1a\x1a.lock.v1.KeepAliveResponse(\x010\x01\x12K\n" +
@@ -3934,6 +4133,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aInspect\x12\x17.lock.v1.InspectRequest\x1a\x18.lock.v1.InspectResponse\x12B\n" +
 	"\tListHolds\x12\x19.lock.v1.ListHoldsRequest\x1a\x1a.lock.v1.ListHoldsResponse\x12<\n" +
 	"\aHistory\x12\x17.lock.v1.HistoryRequest\x1a\x18.lock.v1.HistoryResponse\x12K\n" +
+	"\fHistoryStats\x12\x1c.lock.v1.HistoryStatsRequest\x1a\x1d.lock.v1.HistoryStatsResponse\x12K\n" +
 	"\fListSessions\x12\x1c.lock.v1.ListSessionsRequest\x1a\x1d.lock.v1.ListSessionsResponse\x12H\n" +
 	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
 	"\n" +
@@ -3962,7 +4162,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -4017,103 +4217,112 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*HistoryRequest)(nil),              // 50: lock.v1.HistoryRequest
 	(*HistoryResponse)(nil),             // 51: lock.v1.HistoryResponse
 	(*HistoryEvent)(nil),                // 52: lock.v1.HistoryEvent
-	(*timestamppb.Timestamp)(nil),       // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 54: google.protobuf.Duration
+	(*HistoryStatsRequest)(nil),         // 53: lock.v1.HistoryStatsRequest
+	(*HistoryStatsResponse)(nil),        // 54: lock.v1.HistoryStatsResponse
+	(*ClassHistory)(nil),                // 55: lock.v1.ClassHistory
+	(*timestamppb.Timestamp)(nil),       // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 57: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	53, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	53, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	53, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	56, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	56, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	54, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	54, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	54, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	57, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	57, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	54, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	53, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	57, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	56, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	54, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	57, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	53, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	53, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	54, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	56, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	56, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	57, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
-	54, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	54, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	57, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	57, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
 	29, // 23: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	30, // 24: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
 	29, // 25: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	54, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	53, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	53, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	54, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	57, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	56, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	56, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	57, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	53, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	54, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	56, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	57, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
 	47, // 33: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	54, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	54, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	57, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	57, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
 	1,  // 36: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	53, // 37: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	53, // 38: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	56, // 37: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	56, // 38: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
 	52, // 39: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	53, // 40: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	56, // 40: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
 	11, // 41: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	53, // 42: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	56, // 42: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
 	11, // 43: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	53, // 44: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	54, // 45: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	12, // 46: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 47: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 48: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 49: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 50: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 51: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 52: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 53: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	50, // 54: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	34, // 55: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 56: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	45, // 57: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	48, // 58: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 59: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 60: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	41, // 61: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	43, // 62: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 63: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 64: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 65: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 66: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 67: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 68: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 69: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 70: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 71: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 72: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 73: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 74: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	51, // 75: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	36, // 76: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 77: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	46, // 78: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	49, // 79: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 80: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	40, // 81: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	42, // 82: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	44, // 83: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 84: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 85: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 86: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 87: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	67, // [67:88] is the sub-list for method output_type
-	46, // [46:67] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	56, // 44: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	57, // 45: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	56, // 46: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	56, // 47: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 48: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
+	57, // 49: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	12, // 50: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 51: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 52: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 53: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 54: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 55: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 56: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 57: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	50, // 58: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	53, // 59: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	34, // 60: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 61: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	45, // 62: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	48, // 63: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 64: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 65: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	41, // 66: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	43, // 67: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 68: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 69: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 70: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 71: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 72: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 73: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 74: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 75: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 76: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 77: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 78: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 79: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	51, // 80: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	54, // 81: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	36, // 82: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 83: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	46, // 84: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	49, // 85: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 86: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	40, // 87: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	42, // 88: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	44, // 89: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 90: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 91: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 92: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 93: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	72, // [72:94] is the sub-list for method output_type
+	50, // [50:72] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -4127,7 +4336,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -28,6 +28,7 @@ const (
 	LockService_Inspect_FullMethodName       = "/lock.v1.LockService/Inspect"
 	LockService_ListHolds_FullMethodName     = "/lock.v1.LockService/ListHolds"
 	LockService_History_FullMethodName       = "/lock.v1.LockService/History"
+	LockService_HistoryStats_FullMethodName  = "/lock.v1.LockService/HistoryStats"
 	LockService_ListSessions_FullMethodName  = "/lock.v1.LockService/ListSessions"
 	LockService_ListClasses_FullMethodName   = "/lock.v1.LockService/ListClasses"
 	LockService_ClassStats_FullMethodName    = "/lock.v1.LockService/ClassStats"
@@ -72,6 +73,10 @@ type LockServiceClient interface {
 	// expiry, session close, force-release, epoch advance), and any gap.
 	// Operators see tokens; other callers see keys they may lock, without.
 	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
+	// HistoryStats aggregates the audit history per class over a window:
+	// holds started, expired and forced, and the longest hold that ended.
+	// Every caller may ask; it names no key and no holder.
+	HistoryStats(ctx context.Context, in *HistoryStatsRequest, opts ...grpc.CallOption) (*HistoryStatsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// ListClasses lists the loaded classes of the namespaces the caller has
@@ -189,6 +194,16 @@ func (c *lockServiceClient) History(ctx context.Context, in *HistoryRequest, opt
 	return out, nil
 }
 
+func (c *lockServiceClient) HistoryStats(ctx context.Context, in *HistoryStatsRequest, opts ...grpc.CallOption) (*HistoryStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HistoryStatsResponse)
+	err := c.cc.Invoke(ctx, LockService_HistoryStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *lockServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSessionsResponse)
@@ -267,6 +282,10 @@ type LockServiceServer interface {
 	// expiry, session close, force-release, epoch advance), and any gap.
 	// Operators see tokens; other callers see keys they may lock, without.
 	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
+	// HistoryStats aggregates the audit history per class over a window:
+	// holds started, expired and forced, and the longest hold that ended.
+	// Every caller may ask; it names no key and no holder.
+	HistoryStats(context.Context, *HistoryStatsRequest) (*HistoryStatsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// ListClasses lists the loaded classes of the namespaces the caller has
@@ -317,6 +336,9 @@ func (UnimplementedLockServiceServer) ListHolds(context.Context, *ListHoldsReque
 }
 func (UnimplementedLockServiceServer) History(context.Context, *HistoryRequest) (*HistoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method History not implemented")
+}
+func (UnimplementedLockServiceServer) HistoryStats(context.Context, *HistoryStatsRequest) (*HistoryStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HistoryStats not implemented")
 }
 func (UnimplementedLockServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
@@ -502,6 +524,24 @@ func _LockService_History_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LockService_HistoryStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HistoryStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).HistoryStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_HistoryStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).HistoryStats(ctx, req.(*HistoryStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LockService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSessionsRequest)
 	if err := dec(in); err != nil {
@@ -612,6 +652,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "History",
 			Handler:    _LockService_History_Handler,
+		},
+		{
+			MethodName: "HistoryStats",
+			Handler:    _LockService_HistoryStats_Handler,
 		},
 		{
 			MethodName: "ListSessions",

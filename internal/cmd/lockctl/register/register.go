@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/cli/iostreams"
 	"github.com/lockd-dev/lockd/internal/cli/printer"
@@ -56,7 +57,14 @@ func NewCmdRegister(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comman
 				if err != nil {
 					return err
 				}
-				return opts.Printer().Print(NewView(opts.Now(), resp))
+				// Grants per class come from the audit history, when lockd
+				// keeps one; the register stands without them.
+				now := opts.Now()
+				hist, err := c.LockService().HistoryStats(ctx, &lockv1.HistoryStatsRequest{Since: timestamppb.New(now.Add(-24 * time.Hour))})
+				if err != nil {
+					hist = nil
+				}
+				return opts.Printer().Print(NewView(now, resp, hist))
 			})
 		},
 	}
@@ -72,18 +80,27 @@ type Entry struct {
 	RiskOwner     string    `json:"risk_owner"`
 	WaiverExpires time.Time `json:"waiver_expires"`
 	DaysLeft      int       `json:"days_left"`
+	// Grants24h counts the class's grants in the last 24 hours, from the
+	// audit history; absent when lockd keeps none.
+	Grants24h *int64 `json:"grants_24h,omitempty"`
 }
 
 // View is the register.
 type View struct {
 	Advisory []Entry `json:"advisory"`
 
-	now time.Time // what DaysLeft and the table's colours count from
+	now       time.Time // what DaysLeft and the table's colours count from
+	noHistory bool
 }
 
-// NewView keeps the advisory classes of a ListClassesResponse.
-func NewView(now time.Time, r *lockv1.ListClassesResponse) *View {
-	v := &View{Advisory: []Entry{}, now: now}
+// NewView keeps the advisory classes of a ListClassesResponse, with their
+// grants from hist (nil: lockd keeps no history).
+func NewView(now time.Time, r *lockv1.ListClassesResponse, hist *lockv1.HistoryStatsResponse) *View {
+	v := &View{Advisory: []Entry{}, now: now, noHistory: hist == nil}
+	grants := map[string]int64{}
+	for _, c := range hist.GetClasses() {
+		grants[c.GetNamespace()+"/"+c.GetClass()] = c.GetGrants()
+	}
 	for _, c := range r.GetClasses() {
 		if c.GetEnforcement() != "advisory" {
 			continue
@@ -91,13 +108,25 @@ func NewView(now time.Time, r *lockv1.ListClassesResponse) *View {
 		exp := cmdutil.Time(c.GetWaiverExpires())
 		v.Advisory = append(v.Advisory, Entry{Namespace: c.GetNamespace(), Class: c.GetName(), Purpose: c.GetPurpose(),
 			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: riskregister.DaysLeft(exp, now)})
+		if hist != nil {
+			n := grants[c.GetNamespace()+"/"+c.GetName()]
+			v.Advisory[len(v.Advisory)-1].Grants24h = &n
+		}
 	}
 	return v
 }
 
+// Notes implements printer.Noter.
+func (v *View) Notes() []string {
+	if v.noHistory && len(v.Advisory) > 0 {
+		return []string{"GRANTS 24H comes from the audit history, which this lockd does not keep (--audit)"}
+	}
+	return nil
+}
+
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
-	t.Header("NAMESPACE", "CLASS", "PURPOSE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT")
+	t.Header("NAMESPACE", "CLASS", "PURPOSE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT", "GRANTS 24H")
 	for _, e := range v.Advisory {
 		left := printer.Cell{Text: strconv.Itoa(e.DaysLeft)}
 		switch riskregister.WaiverStatus(e.WaiverExpires, v.now) {
@@ -107,7 +136,14 @@ func (v *View) WriteTable(t *printer.Table) {
 			left.Style = printer.Yellow
 		}
 		t.RowCells(printer.Cell{Text: e.Namespace}, printer.Cell{Text: e.Class}, printer.Cell{Text: e.Purpose},
-			printer.Cell{Text: e.RiskOwner}, printer.Cell{Text: e.WaiverExpires.Format("2006-01-02")}, left)
+			printer.Cell{Text: e.RiskOwner}, printer.Cell{Text: e.WaiverExpires.Format("2006-01-02")}, left, printer.Cell{Text: grants24h(e.Grants24h)})
 	}
 	t.Empty("no advisory classes")
+}
+
+func grants24h(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
 }

@@ -210,7 +210,7 @@ func TestConsoleDrillDown(t *testing.T) {
 	t.Run("key", func(t *testing.T) {
 		tm := console(t, newFake(), false)
 		keys(tm, "<enter><enter>")
-		waitOut(t, tm, "history: not available")
+		waitOut(t, tm, "history: lockctl history ")
 		m := final(t, tm)
 		v := m.View()
 		require.Equal(t, screenKey, m.screen)
@@ -227,7 +227,7 @@ func TestConsoleDrillDown(t *testing.T) {
 			Key: "payments/ledger/1", Class: "payments/ledger-writes", Holder: "spiffe://example.org/w", Age: durationpb.New(time.Second)}}
 		tm := console(t, src, false)
 		keys(tm, "<enter><enter>")
-		waitOut(t, tm, "history: not available")
+		waitOut(t, tm, "history: lockctl history ")
 		v := final(t, tm).View()
 		require.Contains(t, v, "3 waiting (this lockd does not list the queue)")
 		require.Contains(t, v, "session left   not reported by this lockd")
@@ -236,7 +236,7 @@ func TestConsoleDrillDown(t *testing.T) {
 	t.Run("esc-back-to-keys", func(t *testing.T) {
 		tm := console(t, newFake(), false)
 		keys(tm, "j<enter><enter>")
-		waitOut(t, tm, "history: not available")
+		waitOut(t, tm, "history: lockctl history ")
 		keys(tm, "<esc>")
 		m := final(t, tm)
 		require.Equal(t, screenKeys, m.screen)
@@ -259,7 +259,7 @@ func TestConsoleDrillDown(t *testing.T) {
 func TestConsoleTTLCountsDown(t *testing.T) {
 	tm := console(t, newFake(), false)
 	keys(tm, "<enter><enter>")
-	waitOut(t, tm, "history: not available")
+	waitOut(t, tm, "history: lockctl history ")
 	tm.Send(clockMsg(at.Add(3 * time.Second)))
 	waitOut(t, tm, "9s (counting down")
 	tm.Send(clockMsg(at.Add(4 * time.Second)))

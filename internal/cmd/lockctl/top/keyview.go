@@ -94,7 +94,7 @@ func (m model) keyView() string {
 				(w.GetWaited().AsDuration() + since).Round(time.Second)))
 		}
 	}
-	b.WriteString("  " + m.st.dim.Render("history: not available (lockd keeps no record of past grants)") + "\n")
+	b.WriteString("  " + m.st.dim.Render("history: lockctl history "+m.key+" --since 1h (each hold and how it ended)") + "\n")
 	if m.asking {
 		b.WriteString("\n  force-release " + m.key + ": reason: " + m.reason + "█\n")
 		b.WriteString(m.st.dim.Render("  enter requests it (a second operator must approve) · esc cancels") + "\n")

@@ -144,7 +144,7 @@ func TestNoFlagsREADMELockd(t *testing.T) {
 	require.Equal(t, devIdentity, s.Hot[0].Holder)
 
 	screen := tui(t, env.Addr, devIdentity, [][2]string{{"demo-fast", "/demo\r"}, {"filter: demo", "\r"}, {"demo/x", "\r"},
-		{"history: not available", ""}})
+		{"history: lockctl history ", ""}})
 	require.Contains(t, screen, "holder         "+devIdentity)
 	require.NotContains(t, screen, "invalid key")
 }

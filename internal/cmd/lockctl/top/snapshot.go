@@ -28,6 +28,10 @@ type ClassRow struct {
 	Grants                 uint64  `json:"grants"`
 	GrantP99Seconds        float64 `json:"grant_p99_seconds"`
 	ExpiriesWithoutRelease uint64  `json:"expiries_without_release"`
+	// From the audit history, the last hour (nil when lockd keeps none):
+	// holds that ended by expiry, and the longest hold that ended.
+	ExpiriesLastHour            *int64   `json:"expiries_last_hour,omitempty"`
+	LongestEndedLastHourSeconds *float64 `json:"longest_ended_last_hour_seconds,omitempty"`
 }
 
 // HotKey is one of the most contended keys.
@@ -51,6 +55,9 @@ type Snapshot struct {
 	// Sealed: lockd refuses every grant until operators advance the epoch.
 	Sealed       bool   `json:"sealed,omitempty"`
 	SealedReason string `json:"sealed_reason,omitempty"`
+	// NoHistory: lockd keeps no audit history, so the last-hour columns
+	// are empty.
+	NoHistory bool `json:"no_history,omitempty"`
 }
 
 // Sort orders.
@@ -67,6 +74,9 @@ type Data struct {
 	Classes *lockv1.ListClassesResponse
 	// Epoch is nil when lockd did not answer EpochStatus.
 	Epoch *lockv1.EpochStatusResponse
+	// History is the audit history's last hour per class; nil when lockd
+	// keeps no history.
+	History *lockv1.HistoryStatsResponse
 }
 
 // Build aggregates holds per class, keeping keys matching filter (a
@@ -75,7 +85,7 @@ type Data struct {
 func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 	resp := d.Holds
 	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{},
-		Sealed: d.Epoch.GetSealed(), SealedReason: d.Epoch.GetSealedReason()}
+		Sealed: d.Epoch.GetSealed(), SealedReason: d.Epoch.GetSealedReason(), NoHistory: d.History == nil}
 	rows := map[string]*ClassRow{}
 	for _, st := range d.Stats.GetStats() {
 		ref := st.GetNamespace() + "/" + st.GetClass()
@@ -90,6 +100,19 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 		if rows[ref] == nil && (filter == "" || strings.Contains(ref, filter)) {
 			rows[ref] = &ClassRow{Namespace: c.GetNamespace(), Class: c.GetName()}
 		}
+	}
+	for _, c := range d.History.GetClasses() {
+		ref := c.GetNamespace() + "/" + c.GetClass()
+		r := rows[ref]
+		if r == nil {
+			if filter != "" && !strings.Contains(ref, filter) {
+				continue
+			}
+			r = &ClassRow{Namespace: c.GetNamespace(), Class: c.GetClass()}
+			rows[ref] = r
+		}
+		exp, longest := c.GetExpiries(), cmdutil.Seconds(c.GetLongestHold())
+		r.ExpiriesLastHour, r.LongestEndedLastHourSeconds = &exp, &longest
 	}
 	for _, h := range resp.GetHolds() {
 		if filter != "" && !strings.Contains(h.GetKey(), filter) && !strings.Contains(h.GetClass(), filter) {
@@ -197,7 +220,7 @@ type column struct {
 var classColumns = []column{
 	{"NAMESPACE", 14, true}, {"CLASS", 22, true}, {"HOLDS", 6, false}, {"WAITERS", 8, false},
 	{"CONTENDED", 10, false}, {"LONGEST HOLD", 13, false}, {"GRANTS", 8, false}, {"GRANT P99", 10, false},
-	{"EXPIRIES", 9, false},
+	{"EXPIRIES", 9, false}, {"EXP 1H", 7, false}, {"LONGEST 1H", 11, false},
 }
 
 func columnNames() []string {
@@ -221,7 +244,24 @@ func (r ClassRow) cells(longest func(time.Duration) string) []printer.Cell {
 	}
 	return []printer.Cell{{Text: r.Namespace}, {Text: r.Class}, {Text: fmt.Sprint(r.Holds)}, {Text: fmt.Sprint(r.Waiters)}, ratio,
 		{Text: longest(cmdutil.Duration(r.LongestHoldSeconds))}, {Text: fmt.Sprint(r.Grants)},
-		{Text: cmdutil.Duration(r.GrantP99Seconds).String()}, {Text: fmt.Sprint(r.ExpiriesWithoutRelease)}}
+		{Text: cmdutil.Duration(r.GrantP99Seconds).String()}, {Text: fmt.Sprint(r.ExpiriesWithoutRelease)},
+		{Text: lastHourCount(r.ExpiriesLastHour)}, {Text: lastHourDuration(r.LongestEndedLastHourSeconds, longest)}}
+}
+
+// lastHourCount and lastHourDuration show a history column: "-" when the
+// class has none or lockd keeps no history.
+func lastHourCount(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return fmt.Sprint(*n)
+}
+
+func lastHourDuration(s *float64, format func(time.Duration) string) string {
+	if s == nil || *s == 0 {
+		return "-"
+	}
+	return format(cmdutil.Duration(*s))
 }
 
 // age is how long the key has been held, to the second.
@@ -244,6 +284,9 @@ func (s *Snapshot) Notes() []string {
 	}
 	if s.Truncated {
 		n = append(n, "only the first holds were listed: narrow it with --prefix")
+	}
+	if s.NoHistory {
+		n = append(n, "EXP 1H and LONGEST 1H come from the audit history, which this lockd does not keep (--audit)")
 	}
 	for _, h := range s.Hot {
 		if h.Waiters > 0 {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -28,17 +31,25 @@ type clientSource struct {
 	c      *client.Client
 	prefix string
 	limit  int
+
+	// The history's last hour, read at most every historyEvery.
+	history   *lockv1.HistoryStatsResponse
+	historyAt time.Time
 }
+
+// historyEvery is how often top reads the history's last hour: it is an
+// aggregate over many rows, and an hour moves slowly.
+const historyEvery = 30 * time.Second
 
 // NewSource returns the Source for a lockd client: holds under prefix, or
 // with no prefix, under each namespace the caller may see (ListHolds needs a
 // prefix), at most limit per namespace.
 func NewSource(c *client.Client, prefix string, limit int) Source {
-	return clientSource{c: c, prefix: prefix, limit: limit}
+	return &clientSource{c: c, prefix: prefix, limit: limit}
 }
 
 // Fetch implements Source.
-func (s clientSource) Fetch(ctx context.Context) (Data, error) {
+func (s *clientSource) Fetch(ctx context.Context) (Data, error) {
 	lock := s.c.LockService()
 	classes, err := lock.ListClasses(ctx, &lockv1.ListClassesRequest{})
 	if err != nil {
@@ -79,11 +90,19 @@ func (s clientSource) Fetch(ctx context.Context) (Data, error) {
 	if ep, err := s.c.AdminService().EpochStatus(ctx, &lockv1.EpochStatusRequest{}); err == nil {
 		d.Epoch = ep
 	}
+	// So is the history: a lockd without one leaves its columns empty.
+	if now := time.Now(); now.Sub(s.historyAt) >= historyEvery {
+		s.history, s.historyAt = nil, now
+		if h, err := lock.HistoryStats(ctx, &lockv1.HistoryStatsRequest{Since: timestamppb.New(now.Add(-time.Hour))}); err == nil {
+			s.history = h
+		}
+	}
+	d.History = s.history
 	return d, nil
 }
 
 // prefixes are the ListHolds prefixes: --prefix, or every visible namespace.
-func (s clientSource) prefixes(classes *lockv1.ListClassesResponse, stats *lockv1.ClassStatsResponse) []string {
+func (s *clientSource) prefixes(classes *lockv1.ListClassesResponse, stats *lockv1.ClassStatsResponse) []string {
 	if s.prefix != "" {
 		return []string{s.prefix}
 	}
@@ -104,12 +123,12 @@ func inPrefix(ns, prefix string) bool {
 }
 
 // Inspect implements Source.
-func (s clientSource) Inspect(ctx context.Context, key string) (*lockv1.InspectResponse, error) {
+func (s *clientSource) Inspect(ctx context.Context, key string) (*lockv1.InspectResponse, error) {
 	return s.c.LockService().Inspect(ctx, &lockv1.InspectRequest{Key: key})
 }
 
 // RequestForceRelease implements Source.
-func (s clientSource) RequestForceRelease(ctx context.Context, key, reason string) (*lockv1.ForceRelease, error) {
+func (s *clientSource) RequestForceRelease(ctx context.Context, key, reason string) (*lockv1.ForceRelease, error) {
 	resp, err := s.c.AdminService().RequestForceRelease(ctx, &lockv1.RequestForceReleaseRequest{Key: key, Reason: reason})
 	if err != nil {
 		return nil, err

@@ -93,6 +93,66 @@ func TestOnceAgainstLockd(t *testing.T) {
 	require.Equal(t, "t/hot", s.Hot[0].Key)
 }
 
+func TestBuildWithHistory(t *testing.T) {
+	d := sample
+	d.History = &lockv1.HistoryStatsResponse{Classes: []*lockv1.ClassHistory{
+		{Namespace: "payments", Class: "ledger-writes", Grants: 900, Expiries: 4, LongestHold: durationpb.New(7 * time.Minute)},
+		{Namespace: "batch", Class: "nightly", Grants: 1, LongestHold: durationpb.New(50 * time.Minute)},
+	}}
+	s := Build(at, d, "", SortName, 2)
+	require.False(t, s.NoHistory)
+	require.Len(t, s.Classes, 5, "a class with history but nothing now still shows")
+	byRef := map[string]ClassRow{}
+	for _, r := range s.Classes {
+		byRef[r.Ref()] = r
+	}
+	led := byRef["payments/ledger-writes"]
+	require.Equal(t, int64(4), *led.ExpiriesLastHour)
+	require.Equal(t, 420.0, *led.LongestEndedLastHourSeconds)
+	require.Nil(t, byRef["search/reindex"].ExpiriesLastHour, "no history for the class: shown as -, not 0")
+	require.Equal(t, 3000.0, *byRef["batch/nightly"].LongestEndedLastHourSeconds)
+	require.True(t, Build(at, sample, "", SortName, 2).NoHistory)
+}
+
+// TestOnceShowsTheHistorysLastHour: with the audit history on, --once fills
+// the last-hour columns from it.
+func TestOnceShowsTheHistorysLastHour(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
+	alice := env.Client(t, lockdtest.Alice)
+	l, err := alice.Acquire(t.Context(), "t/once", "std", func(*client.Lock) {})
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, l.Release(t.Context()))
+	raw, _ := env.Raw(t, lockdtest.Operator)
+	require.Eventually(t, func() bool {
+		h, err := raw.HistoryStats(t.Context(), &lockv1.HistoryStatsRequest{})
+		return err == nil && len(h.GetClasses()) == 1 && h.GetClasses()[0].GetLongestHold().AsDuration() > 0
+	}, 10*time.Second, 50*time.Millisecond)
+
+	ios, _, out, _ := iostreams.Test()
+	f := &cmdutil.Factory{IOStreams: ios, Now: time.Now, Output: printer.FormatJSON}
+	f.Client = func() (*client.Client, error) {
+		return client.New(client.WithTarget(env.Addr), client.WithInsecureIdentity(lockdtest.Alice))
+	}
+	cmd := NewCmdTop(f, nil)
+	cmd.SetArgs([]string{"--once", "--prefix", "t/"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	require.NoError(t, cmd.ExecuteContext(t.Context()))
+	var s Snapshot
+	require.NoError(t, json.Unmarshal(out.Bytes(), &s))
+	require.False(t, s.NoHistory)
+	var std *ClassRow
+	for i := range s.Classes {
+		if s.Classes[i].Class == "std" {
+			std = &s.Classes[i]
+		}
+	}
+	require.NotNil(t, std)
+	require.NotNil(t, std.ExpiriesLastHour)
+	require.Zero(t, *std.ExpiriesLastHour)
+	require.GreaterOrEqual(t, *std.LongestEndedLastHourSeconds, 0.3, "the hold alice kept for 300ms")
+}
+
 func TestFlags(t *testing.T) {
 	for _, tt := range []struct{ args, want string }{
 		{"--sort fastest", "--sort must be contention, holds or name"},
