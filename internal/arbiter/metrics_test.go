@@ -14,12 +14,21 @@ import (
 // and fails on any label outside the bounded set: never a key or a token.
 func TestMetricLabelsAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	env := lockdtest.Start(t, lockdtest.Options{Registry: reg})
+	env := lockdtest.Start(t, lockdtest.Options{Registry: reg, Audit: true}) // the audit tailer's metrics too
 	alice, _ := env.Raw(t, lockdtest.Alice)
 	sid := openSession(t, alice, 15*time.Second)
 	for _, key := range []string{"t/m/1", "t/m/1", "t/../bad", "absent/x"} {
 		_, _ = acquire(t.Context(), alice, sid, key, "std", 0)
 	}
+	lockdtest.WaitFor(t, 10*time.Second, "the audit tailer's lag gauge", func() bool {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "lockd_audit_lag_revisions" {
+				return true
+			}
+		}
+		return false
+	})
 	allowed := map[string]bool{"namespace": true, "class": true, "tier": true, "cluster": true, "code": true}
 	mfs, err := reg.Gather()
 	if err != nil {
