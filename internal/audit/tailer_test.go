@@ -28,7 +28,6 @@ func shortClasses() map[string]string {
 	return m
 }
 
-
 // startTailer runs a tailer until the test ends (or stop is called).
 func startTailer(t *testing.T, cli *clientv3.Client, sink audit.Sink, mod func(*audit.Config)) (tl *audit.Tailer, stop func()) {
 	t.Helper()
