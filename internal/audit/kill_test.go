@@ -18,7 +18,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/audit"
 	"github.com/lockd-dev/lockd/internal/audit/clickhouse"
 	"github.com/lockd-dev/lockd/internal/audit/sqlite"
-	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
@@ -74,131 +73,122 @@ func runChildTailer() int {
 // every grant and every release exactly once, on SQLite and on a real
 // ClickHouse read with FINAL.
 func TestKilledTailerLosesNothingAndDuplicatesNothing(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		sink func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return t.TempDir() + "/history.db" }},
-		{"clickhouse", func(t *testing.T) string { return testserver.StartClickHouse(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sinkURL := tc.sink(t)
-			env := lockdtest.Start(t, lockdtest.Options{})
-			etcdURL := env.Backend.Embedded.Config().ListenClientUrls[0].String()
-			exe, err := os.Executable()
-			if err != nil {
+	forEachSink(t, func(t *testing.T, sinkURL string) {
+		env := lockdtest.Start(t, lockdtest.Options{})
+		etcdURL := env.Backend.Embedded.Config().ListenClientUrls[0].String()
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logf, err := os.Create(t.TempDir() + "/tailer.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logf.Close()
+		start := func() *exec.Cmd {
+			cmd := exec.Command(exe)
+			cmd.Env = append(os.Environ(), childEnv+"=1", childEtcd+"="+etcdURL, childSinkURL+"="+sinkURL)
+			cmd.Stderr = logf
+			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			logf, err := os.Create(t.TempDir() + "/tailer.log")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer logf.Close()
-			start := func() *exec.Cmd {
-				cmd := exec.Command(exe)
-				cmd.Env = append(os.Environ(), childEnv+"=1", childEtcd+"="+etcdURL, childSinkURL+"="+sinkURL)
-				cmd.Stderr = logf
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				return cmd
-			}
-			child := start()
-			defer func() { _ = child.Process.Kill(); _, _ = child.Process.Wait() }()
-			time.Sleep(time.Second) // elected, its snapshot taken
+			return cmd
+		}
+		child := start()
+		defer func() { _ = child.Process.Kill(); _, _ = child.Process.Wait() }()
+		time.Sleep(time.Second) // elected, its snapshot taken
 
-			// Holders: grant and release as fast as they can.
-			var mu sync.Mutex
-			granted, released := map[uint64]string{}, map[uint64]string{}
-			ctx, stop := context.WithTimeout(context.Background(), 6*time.Second)
-			defer stop()
-			var wg sync.WaitGroup
-			for w := range 6 {
-				c := env.Client(t, lockdtest.Worker(w))
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; ctx.Err() == nil; i++ {
-						key := fmt.Sprintf("t/kill/%d", (w+i)%4)
-						l, err := c.Acquire(ctx, key, "std", func(*client.Lock) {}, client.Wait(2*time.Second))
-						if err != nil {
-							continue
-						}
+		// Holders: grant and release as fast as they can.
+		var mu sync.Mutex
+		granted, released := map[uint64]string{}, map[uint64]string{}
+		ctx, stop := context.WithTimeout(context.Background(), 6*time.Second)
+		defer stop()
+		var wg sync.WaitGroup
+		for w := range 6 {
+			c := env.Client(t, lockdtest.Worker(w))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ctx.Err() == nil; i++ {
+					key := fmt.Sprintf("t/kill/%d", (w+i)%4)
+					l, err := c.Acquire(ctx, key, "std", func(*client.Lock) {}, client.Wait(2*time.Second))
+					if err != nil {
+						continue
+					}
+					mu.Lock()
+					granted[l.Token()] = key
+					mu.Unlock()
+					if err := l.Release(context.Background()); err == nil {
 						mu.Lock()
-						granted[l.Token()] = key
+						released[l.Token()] = key
 						mu.Unlock()
-						if err := l.Release(context.Background()); err == nil {
-							mu.Lock()
-							released[l.Token()] = key
-							mu.Unlock()
-						}
 					}
-				}()
-			}
-			kills := 0
-			for ctx.Err() == nil {
-				time.Sleep(time.Duration(250+rand.IntN(500)) * time.Millisecond)
-				_ = child.Process.Signal(syscall.SIGKILL)
-				_, _ = child.Process.Wait()
-				kills++
-				child = start()
-			}
-			wg.Wait()
+				}
+			}()
+		}
+		kills := 0
+		for ctx.Err() == nil {
+			time.Sleep(time.Duration(250+rand.IntN(500)) * time.Millisecond)
+			_ = child.Process.Signal(syscall.SIGKILL)
+			_, _ = child.Process.Wait()
+			kills++
+			child = start()
+		}
+		wg.Wait()
 
-			sink, err := openSinkURL(t.Context(), sinkURL)
+		sink, err := openSinkURL(t.Context(), sinkURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sink.Close()
+		var rows []audit.Event
+		lockdtest.WaitFor(t, 60*time.Second, "every release in the history", func() bool {
+			rows, err = sink.Query(t.Context(), audit.Filter{Key: "t/kill/"})
 			if err != nil {
-				t.Fatal(err)
+				return false
 			}
-			defer sink.Close()
-			var rows []audit.Event
-			lockdtest.WaitFor(t, 60*time.Second, "every release in the history", func() bool {
-				rows, err = sink.Query(t.Context(), audit.Filter{Key: "t/kill/"})
-				if err != nil {
-					return false
-				}
-				n := 0
-				for _, r := range rows {
-					if r.Kind == audit.KindRelease || r.Kind == audit.KindHandoff {
-						n++
-					}
-				}
-				return n >= len(released)
-			})
-			type id struct {
-				c   uint64
-				e   uint32
-				rev int64
-				key string
-			}
-			seen := map[id]bool{}
-			starts, ends := map[uint64]int{}, map[uint64]int{}
+			n := 0
 			for _, r := range rows {
-				k := id{r.ClusterID, r.Epoch, r.Revision, r.Key}
-				if seen[k] {
-					t.Errorf("duplicate row %+v", k)
-				}
-				seen[k] = true
-				if r.Kind == audit.KindGrant || r.Kind == audit.KindHandoff {
-					starts[r.Token]++
-				}
 				if r.Kind == audit.KindRelease || r.Kind == audit.KindHandoff {
-					ends[r.EndedToken]++
+					n++
 				}
 			}
-			for tok, key := range granted {
-				if starts[tok] != 1 {
-					t.Errorf("grant of %s (token %d) is in the history %d times, want once", key, tok, starts[tok])
-				}
-			}
-			for tok, key := range released {
-				if ends[tok] != 1 {
-					t.Errorf("release of %s (token %d) is in the history %d times, want once", key, tok, ends[tok])
-				}
-			}
-			if len(granted) < 50 || kills < 5 {
-				t.Fatalf("too little to show anything: %d grants, %d kills", len(granted), kills)
-			}
-			t.Logf("%s: %d grants, %d releases, %d rows, %d tailer kills: none lost, none twice", tc.name, len(granted), len(released), len(rows), kills)
+			return n >= len(released)
 		})
-	}
+		type id struct {
+			c   uint64
+			e   uint32
+			rev int64
+			key string
+		}
+		seen := map[id]bool{}
+		starts, ends := map[uint64]int{}, map[uint64]int{}
+		for _, r := range rows {
+			k := id{r.ClusterID, r.Epoch, r.Revision, r.Key}
+			if seen[k] {
+				t.Errorf("duplicate row %+v", k)
+			}
+			seen[k] = true
+			if r.Kind == audit.KindGrant || r.Kind == audit.KindHandoff {
+				starts[r.Token]++
+			}
+			if r.Kind == audit.KindRelease || r.Kind == audit.KindHandoff {
+				ends[r.EndedToken]++
+			}
+		}
+		for tok, key := range granted {
+			if starts[tok] != 1 {
+				t.Errorf("grant of %s (token %d) is in the history %d times, want once", key, tok, starts[tok])
+			}
+		}
+		for tok, key := range released {
+			if ends[tok] != 1 {
+				t.Errorf("release of %s (token %d) is in the history %d times, want once", key, tok, ends[tok])
+			}
+		}
+		if len(granted) < 50 || kills < 5 {
+			t.Fatalf("too little to show anything: %d grants, %d kills", len(granted), kills)
+		}
+		t.Logf("%d grants, %d releases, %d rows, %d tailer kills: none lost, none twice", len(granted), len(released), len(rows), kills)
+	})
 }

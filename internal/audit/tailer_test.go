@@ -88,22 +88,21 @@ func kinds(rows []audit.Event) []audit.Kind {
 // lockd and reads it back from the embedded store and from a real
 // ClickHouse.
 func TestTailerRecordsEveryKindOfEnd(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		sink func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return t.TempDir() + "/history.db" }},
-		{"clickhouse", func(t *testing.T) string { return testserver.StartClickHouse(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sink, err := openSinkURL(t.Context(), tc.sink(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sink.Close() })
-			recordsEveryKindOfEnd(t, sink)
-		})
-	}
+	forEachSink(t, func(t *testing.T, sinkURL string) {
+		sink, err := openSinkURL(t.Context(), sinkURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sink.Close() })
+		recordsEveryKindOfEnd(t, sink)
+	})
+}
+
+// forEachSink runs f as a subtest on the embedded SQLite sink and on a
+// real ClickHouse, with the URL openSinkURL opens.
+func forEachSink(t *testing.T, f func(t *testing.T, sinkURL string)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, t.TempDir()+"/history.db") })
+	t.Run("clickhouse", func(t *testing.T) { f(t, testserver.StartClickHouse(t)) })
 }
 
 func recordsEveryKindOfEnd(t *testing.T, sink audit.Sink) {

@@ -21,12 +21,8 @@ const (
 	EndEpochAdvance  = "epoch-advance"
 )
 
-// TokenView is a fencing token; Value is a decimal string in json and yaml.
-type TokenView struct {
-	Value    uint64 `json:"value,string"`
-	Epoch    uint32 `json:"epoch"`
-	Revision int64  `json:"revision"`
-}
+// TokenView is a fencing token (cmdutil.TokenView).
+type TokenView = cmdutil.TokenView
 
 // HoldView is one hold as the history recorded it.
 type HoldView struct {
@@ -77,13 +73,6 @@ type View struct {
 	prefix    bool
 }
 
-func tokenView(t *lockv1.Token) *TokenView {
-	if t == nil {
-		return nil
-	}
-	return &TokenView{Value: t.GetValue(), Epoch: t.GetEpoch(), Revision: t.GetRevision()}
-}
-
 func timePtr(ts interface{ AsTime() time.Time }, ok bool) *time.Time {
 	if !ok {
 		return nil
@@ -118,7 +107,7 @@ func NewView(target string, r *lockv1.HistoryResponse, prefix bool) *View {
 			i, ok := open[e.GetKey()]
 			if !ok || v.Holds[i].SessionID != e.GetEndedSessionId() {
 				v.Holds = append(v.Holds, HoldView{Key: e.GetKey(), Holder: e.GetEndedHolder(), SessionID: e.GetEndedSessionId(),
-					Class: e.GetClass(), Token: tokenView(e.GetEndedToken()), Start: timePtr(e.GetEndedAcquiredAt(), e.GetEndedAcquiredAt() != nil)})
+					Class: e.GetClass(), Token: cmdutil.NewTokenView(e.GetEndedToken()), Start: timePtr(e.GetEndedAcquiredAt(), e.GetEndedAcquiredAt() != nil)})
 				i = len(v.Holds) - 1
 			}
 			h := &v.Holds[i]
@@ -134,7 +123,7 @@ func NewView(target string, r *lockv1.HistoryResponse, prefix bool) *View {
 		}
 		if e.GetKind() == "grant" || e.GetKind() == "handoff" {
 			v.Holds = append(v.Holds, HoldView{Key: e.GetKey(), Holder: e.GetHolder(), SessionID: e.GetSessionId(), Class: e.GetClass(),
-				Token: tokenView(e.GetToken()), Start: timePtr(e.GetAcquiredAt(), e.GetAcquiredAt() != nil), StartRevision: e.GetRevision()})
+				Token: cmdutil.NewTokenView(e.GetToken()), Start: timePtr(e.GetAcquiredAt(), e.GetAcquiredAt() != nil), StartRevision: e.GetRevision()})
 			open[e.GetKey()] = len(v.Holds) - 1
 		}
 	}

@@ -10,13 +10,8 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// TokenView is a fencing token. Value is a decimal string in json and
-// yaml: it does not fit a JSON number.
-type TokenView struct {
-	Value    uint64 `json:"value,string"`
-	Epoch    uint32 `json:"epoch"`
-	Revision int64  `json:"revision"`
-}
+// TokenView is a fencing token (cmdutil.TokenView).
+type TokenView = cmdutil.TokenView
 
 // HoldView is one hold.
 type HoldView struct {
@@ -69,9 +64,7 @@ func holdView(h *lockv1.Hold) HoldView {
 		s := cmdutil.Seconds(d)
 		v.SessionTTLLeftSeconds = &s
 	}
-	if t := h.GetToken(); t != nil {
-		v.Token = &TokenView{Value: t.GetValue(), Epoch: t.GetEpoch(), Revision: t.GetRevision()}
-	}
+	v.Token = cmdutil.NewTokenView(h.GetToken())
 	return v
 }
 
@@ -97,10 +90,6 @@ func NewHoldsView(prefix string, r *lockv1.ListHoldsResponse) *HoldsView {
 		v.Holds = append(v.Holds, holdView(h))
 	}
 	return v
-}
-
-func (t *TokenView) String() string {
-	return fmt.Sprintf("%d (epoch %d, revision %d)", t.Value, t.Epoch, t.Revision)
 }
 
 // WriteTable implements printer.Tabular.
