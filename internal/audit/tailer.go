@@ -231,13 +231,14 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 	var st *stream
 	from := cp + 1
 	if cp == 0 {
-		// First tail of this cluster: the history starts at a snapshot.
-		st = newStream(cluster, epochOf(resp.Responses[0].GetResponseRange().Kvs))
-		from = head + 1
-		if err := t.saveCheckpoint(ctx, f, cluster, head); err != nil {
+		// First tail of this cluster: the history starts where its epoch
+		// did, so the advance that made a restored or rebuilt store usable
+		// (and the holds it deleted) is in it; else at a snapshot now.
+		st, from = t.start(ctx, cluster, resp.Responses[0].GetResponseRange().Kvs, head)
+		if err := t.saveCheckpoint(ctx, f, cluster, from-1); err != nil {
 			return err
 		}
-		t.cfg.Logger.Info("audit history starts", "cluster", hex(cluster), "revision", head)
+		t.cfg.Logger.Info("audit history starts", "cluster", hex(cluster), "revision", from)
 	} else {
 		er, err := cli.Get(ctx, keyspace.EpochKey, clientv3.WithRev(cp))
 		switch {
@@ -271,6 +272,26 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 			return err
 		}
 	}
+}
+
+// start is where the first tail of a cluster begins: at the revision its
+// epoch record was written for this cluster (an advance or the first
+// epoch), when etcd still has the revision before it; else just after head.
+func (t *Tailer) start(ctx context.Context, cluster uint64, epochKVs []*mvccKV, head int64) (*stream, int64) {
+	now := newStream(cluster, epochOf(epochKVs))
+	if len(epochKVs) == 0 {
+		return now, head + 1
+	}
+	_, recCluster, err := keyspace.DecodeEpoch(epochKVs[0].Value)
+	at := epochKVs[0].ModRevision
+	if err != nil || recCluster != cluster || at <= 1 {
+		return now, head + 1 // sealed: the advance is still to come
+	}
+	before, err := t.cfg.Client.Get(ctx, keyspace.EpochKey, clientv3.WithRev(at-1))
+	if err != nil {
+		return now, head + 1 // compacted: a snapshot now
+	}
+	return newStream(cluster, epochOf(before.Kvs)), at
 }
 
 type compacted struct{ rev int64 }

@@ -227,9 +227,11 @@ func recordsEveryKindOfEnd(t *testing.T, sink audit.Sink) {
 	if rows[2].EndedToken != second.Token() {
 		t.Errorf("advance's hold row %+v: want bob's %d ended", rows[2], second.Token())
 	}
-	adv2 := check(audit.EpochKey, audit.KindEpochAdvance)
-	if adv2[0].FromEpoch != second.Epoch() || adv2[0].ToEpoch != adv.GetEpoch() {
-		t.Errorf("advance row %+v, want %d -> %d", adv2[0], second.Epoch(), adv.GetEpoch())
+	// The history begins where the epoch did (its creation, 0 -> 1), so
+	// the advance is the second epoch row.
+	adv2 := check(audit.EpochKey, audit.KindEpochAdvance, audit.KindEpochAdvance)
+	if adv2[0].FromEpoch != 0 || adv2[0].ToEpoch != second.Epoch() || adv2[1].FromEpoch != second.Epoch() || adv2[1].ToEpoch != adv.GetEpoch() {
+		t.Errorf("epoch rows %+v, want 0 -> %d, then %d -> %d", adv2, second.Epoch(), second.Epoch(), adv.GetEpoch())
 	}
 
 	// Per class: six holds started (one by a handoff), one expired, one forced.
@@ -267,4 +269,33 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestFirstTailBeginsAtTheEpochsStart: a tailer that first meets a store
+// after its epoch advanced (a restore or a rebuild it reconnected to late)
+// still records the advance and the holds it deleted.
+func TestFirstTailBeginsAtTheEpochsStart(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice := env.Client(t, lockdtest.Alice)
+	l, err := alice.Acquire(t.Context(), "t/before-the-advance", "std", fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := env.AdvanceEpoch(t, l.Epoch(), "restore drill")
+
+	sink, err := openSinkURL(t.Context(), t.TempDir()+"/history.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	tl, _ := startTailer(t, env.Backend.Client, sink, nil)
+	caughtUp(t, env.Backend.Client, tl)
+	own := rowsFor(t, sink, audit.EpochKey)
+	if len(own) != 1 || own[0].FromEpoch != l.Epoch() || own[0].ToEpoch != adv.GetEpoch() {
+		t.Fatalf("the advance's own row: %+v; want %d -> %d", own, l.Epoch(), adv.GetEpoch())
+	}
+	rows := rowsFor(t, sink, "t/before-the-advance")
+	if len(rows) != 1 || rows[0].Kind != audit.KindEpochAdvance || rows[0].EndedToken != l.Token() {
+		t.Fatalf("the deleted hold: %+v; want one epoch-advance row ending token %d", rows, l.Token())
+	}
 }

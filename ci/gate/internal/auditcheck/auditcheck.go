@@ -115,6 +115,23 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 			}
 		}
 	}
+	// Every restore and rebuild ends with two operators advancing the
+	// epoch: each advance has its own row.
+	want := 0
+	for _, f := range faults {
+		if f.Err == "" && (f.Kind == "restore" || f.Kind == "store-rebuild") {
+			want++
+		}
+	}
+	got := 0
+	for _, r := range rows {
+		if r.Kind == audit.KindEpochAdvance && r.Key == audit.EpochKey {
+			got++
+		}
+	}
+	if got < want {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d restores and rebuilds advanced the epoch, the history has %d advances", want, got))
+	}
 	sort.Strings(res.Problems)
 	return res
 }

@@ -19,6 +19,7 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{ClusterID: 1, Revision: 201, Key: "gate/k1", Kind: audit.KindForceRelease, EndedToken: 200, Requester: "a", Approver: "b", Reason: "r"},
 	}
 	restore := history.Fault{Kind: "restore", Start: 53e9, End: 60e9}
+	advance := audit.Event{ClusterID: 2, Epoch: 2, Revision: 9, Key: audit.EpochKey, Kind: audit.KindEpochAdvance, FromEpoch: 1, ToEpoch: 2}
 	tests := []struct {
 		name   string
 		rows   []audit.Event
@@ -31,8 +32,9 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{"a force without its approver", []audit.Event{complete[0], complete[1], complete[2], {ClusterID: 1, Revision: 201, Key: "gate/k1", Kind: audit.KindForceRelease, EndedToken: 200, Requester: "a", Reason: "r"}}, nil, "not recorded as one with its operators"},
 		{"a token started twice", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 300, Key: "gate/k0", Kind: audit.KindGrant, Token: 100}), nil, "token 100 started 2 holds"},
 		{"a gap", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 400, Kind: audit.KindGap, GapFrom: 300, GapTo: 400}), nil, "gap: revisions 300-400"},
-		{"lost with a restore that followed within the window", complete[2:], []history.Fault{restore}, ""},
-		{"a restore long after does not excuse it", complete[2:], []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "is not in the history"},
+		{"lost with a restore that followed within the window", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{restore}, ""},
+		{"a restore long after does not excuse it", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "is not in the history"},
+		{"a restore's advance missing", complete, []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "1 restores and rebuilds advanced the epoch, the history has 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
