@@ -32,9 +32,8 @@ type Result struct {
 func (r Result) Passed() bool { return len(r.Problems) == 0 }
 
 // lossWindow is how long before a restore or a rebuild an observed change
-// may be lost with the store: the restore fault snapshots 3 s before it
-// restores, the rebuild wipes at once; the tailer normally reads within a
-// second.
+// may be lost with the store: the gate waits for the history to catch up
+// first, and the tailer normally reads within a second of a change.
 const lossWindow int64 = 5e9
 
 // Run checks rows against the operations the workers and the gate recorded.
@@ -67,7 +66,13 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 	}
 	lost := func(op history.Op) bool {
 		for _, f := range faults {
-			if f.Err == "" && (f.Kind == "restore" || f.Kind == "store-rebuild") && op.Call >= f.Start-lossWindow && op.Call <= f.End {
+			if f.Err != "" || (f.Kind != "restore" && f.Kind != "store-rebuild") || op.Call > f.End {
+				continue
+			}
+			// The gate lets the history catch up before it destroys the
+			// log; only the last moments can be lost. When no tailer caught
+			// up, anything of that store life may be.
+			if op.Call >= f.Start-lossWindow || (f.HistoryBehind && op.Call >= prevWipe(faults, f)) {
 				return true
 			}
 		}
@@ -134,6 +139,18 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 	}
 	sort.Strings(res.Problems)
 	return res
+}
+
+// prevWipe is when the store life f ended began: the end of the restore or
+// rebuild before f (0: the run's start).
+func prevWipe(faults []history.Fault, f history.Fault) int64 {
+	var at int64
+	for _, g := range faults {
+		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.End < f.Start && g.End > at {
+			at = g.End
+		}
+	}
+	return at
 }
 
 func anyRow(rs []audit.Event, ok func(audit.Event) bool) bool {

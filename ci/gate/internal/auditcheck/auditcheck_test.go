@@ -34,6 +34,8 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{"a gap", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 400, Kind: audit.KindGap, GapFrom: 300, GapTo: 400}), nil, "gap: revisions 300-400"},
 		{"lost with a restore that followed within the window", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{restore}, ""},
 		{"a restore long after does not excuse it", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "is not in the history"},
+		{"no tailer caught up before the rebuild: that store life may be lost", append(append([]audit.Event{}, complete[2:]...), advance),
+			[]history.Fault{{Kind: "store-rebuild", Start: 80e9, End: 90e9, HistoryBehind: true}}, ""},
 		{"a restore's advance missing", complete, []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "1 restores and rebuilds advanced the epoch, the history has 0"},
 	}
 	for _, tt := range tests {

@@ -227,6 +227,7 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 		return err
 	}
 	time.Sleep(3 * time.Second)
+	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
 	f.Start = history.Now()
 	if err := r.cl.Restore(ctx, snap); err != nil {
 		return err
@@ -307,6 +308,7 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
 		}
 		highest = max(highest, st.GetHighestEpoch(), st.GetEpoch())
 	}
+	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
 	f.Start = history.Now()
 	if err := r.cl.Rebuild(ctx); err != nil {
 		return err

@@ -139,3 +139,30 @@ func (r *run) auditVerdict(ctx context.Context, ops []history.Op) (auditcheck.Re
 	}
 	return auditcheck.Run(ops, rows, r.faults), nil
 }
+
+// historyCaughtUp waits, before a fault destroys the store's log (restore,
+// rebuild), until the elected tailer has stored everything up to the
+// store's revision now, for at most d. It reports whether it did: what the
+// store loses before any tailer read it is lost with the store, not missed
+// by the tailer, and the audit check must tell the two apart.
+func (r *run) historyCaughtUp(ctx context.Context, d time.Duration) bool {
+	if len(r.tailers) == 0 {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	resp, err := r.cl.Client().Get(cctx, "/sys/epoch")
+	if err != nil {
+		return false
+	}
+	head := float64(resp.Header.Revision)
+	for cctx.Err() == nil {
+		if t := r.tailerLeader(cctx); t != nil {
+			if v, ok := t.gauge(cctx, "lockd_audit_checkpoint_revision"); ok && v >= head {
+				return true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}

@@ -107,6 +107,10 @@ type Fault struct {
 	// in which no grant can be made by design: the store is sealed until
 	// the epoch advances, and grants then wait out the advance's grace.
 	GrantsClosedUntil int64 `json:"grantsClosedUntil,omitempty"`
+	// HistoryBehind: before this restore or rebuild destroyed the store's
+	// log, no audit tailer had caught up with it (none elected in time), so
+	// changes from before it may be lost with the store.
+	HistoryBehind bool `json:"historyBehind,omitempty"`
 	// Err is why the injection failed; a failed fault is not counted.
 	Err string `json:"err,omitempty"`
 }
