@@ -260,8 +260,9 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 // to it, so its clients' reconnects reach a listener that accepts and
 // never answers (the stopped process's backlog, through its proxy), then
 // SIGCONTs it. It picks the lockd of a worker whose supervised child has
-// just started a unit longer than the TTL, when one comes within 10s: that
-// child must be dead before anyone else writes its key.
+// just started a unit longer than the TTL, when one comes within 10s (40s
+// in the late-fence control): that child must be dead before anyone else
+// writes its key.
 func (r *run) arbiterStop(ctx context.Context, f *history.Fault) error {
 	i := r.rnd.IntN(len(r.arbiters))
 	for drained := false; !drained; { // only a child that starts from now on
@@ -271,10 +272,16 @@ func (r *run) arbiterStop(ctx context.Context, f *history.Fault) error {
 			drained = true
 		}
 	}
+	// The late-fence control exists for this case: give a long unit more
+	// time to come (a third of the child units outlast the TTL).
+	wait := 10 * time.Second
+	if r.o.LateFence {
+		wait = 40 * time.Second
+	}
 	select {
 	case w := <-r.childRun:
 		i = w % len(r.arbiters)
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
