@@ -20,7 +20,7 @@ type stream struct {
 	// session key goes; their holds are forced, not expired.
 	revoking map[int64]keyspace.Force
 	// bad counts records that did not decode (rows are still written,
-	// with what the key and its lease say).
+	// with what the key and its lease say; the tailer logs each).
 	bad int
 }
 
@@ -36,7 +36,7 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 	after := before
 	var advanced bool
 	forces := map[string]keyspace.Force{} // by lock key
-	ended := map[int64]bool{}             // session -> closed on purpose
+	sessionsEnded := map[int64]bool{}     // session -> closed on purpose
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		switch {
@@ -66,7 +66,7 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 					closing = rec.Closing
 				}
 			}
-			ended[id] = closing
+			sessionsEnded[id] = closing
 		}
 	}
 	var rows []Event
@@ -105,7 +105,7 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 			row.Kind = KindForceRelease
 			row.Requester, row.Approver, row.Reason = f.Requester, f.Approver, f.Reason
 		}
-		if closing, gone := ended[lease]; gone && lease != 0 && row.Kind == KindRelease {
+		if closing, gone := sessionsEnded[lease]; gone && lease != 0 && row.Kind == KindRelease {
 			row.Kind = KindExpiry
 			if closing {
 				row.Kind = KindSessionClose
@@ -120,7 +120,7 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 		}
 		rows = append(rows, row)
 	}
-	for id := range ended {
+	for id := range sessionsEnded {
 		delete(s.revoking, id)
 	}
 	s.epoch = after

@@ -44,9 +44,6 @@ const (
 	KindGap Kind = "gap"
 )
 
-// Kinds lists every kind, in the order above.
-var Kinds = []Kind{KindGrant, KindRelease, KindHandoff, KindExpiry, KindSessionClose, KindForceRelease, KindEpochAdvance, KindGap}
-
 // EpochKey is the Key of an epoch advance's own row.
 const EpochKey = "/sys/epoch"
 

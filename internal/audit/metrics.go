@@ -2,10 +2,7 @@ package audit
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 )
-
-type mvccKV = mvccpb.KeyValue
 
 // metrics are the tailer's; the only label is the cluster ID (hex).
 type metrics struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -277,7 +278,7 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 // start is where the first tail of a cluster begins: at the revision its
 // epoch record was written for this cluster (an advance or the first
 // epoch), when etcd still has the revision before it; else just after head.
-func (t *Tailer) start(ctx context.Context, cluster uint64, epochKVs []*mvccKV, head int64) (*stream, int64) {
+func (t *Tailer) start(ctx context.Context, cluster uint64, epochKVs []*mvccpb.KeyValue, head int64) (*stream, int64) {
 	now := newStream(cluster, epochOf(epochKVs))
 	if len(epochKVs) == 0 {
 		return now, head + 1
@@ -401,7 +402,12 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 				for n < len(evs) && evs[n].Kv.ModRevision == r {
 					n++
 				}
+				bad := st.bad
 				rows := st.classify(r, evs[:n], t.cfg.Now().UTC())
+				if st.bad > bad {
+					t.cfg.Logger.Warn("audit: records at this revision did not decode; their rows carry what the key and its lease say",
+						"cluster", hex(st.clusterID), "revision", r, "records", st.bad-bad)
+				}
 				evs = evs[n:]
 				if len(rows) == 0 {
 					if pendingRev == 0 {
@@ -567,7 +573,7 @@ func (t *Tailer) lag(head int64, now time.Time) (int64, time.Duration, uint64) {
 	return head - t.done, lagFor, t.cluster
 }
 
-func epochOf(kvs []*mvccKV) uint32 {
+func epochOf(kvs []*mvccpb.KeyValue) uint32 {
 	if len(kvs) == 0 {
 		return 0
 	}

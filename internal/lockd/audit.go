@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +74,7 @@ func defaultAuditConfig() AuditConfig {
 }
 
 func (a *AuditConfig) validate(add func(string, ...any)) {
-	if !contains(AuditModes, a.Mode) {
+	if !slices.Contains(AuditModes, a.Mode) {
 		add("--audit: must be one of %s, got %q", strings.Join(AuditModes, ", "), a.Mode)
 	}
 	if a.CompactionWindow <= 0 {
@@ -101,15 +102,6 @@ func (a *AuditConfig) validate(add func(string, ...any)) {
 	if ar.Every <= 0 {
 		add("--audit-archive-every: must be positive, got %s", ar.Every)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // auditRun is the running history: tailer, sink and archiver.

@@ -1,19 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/bench/internal/result"
 	"github.com/lockd-dev/lockd/ci/bench/internal/rig"
+	"github.com/lockd-dev/lockd/ci/internal/proc"
 )
 
 // auditScenario is where the tailer's cost is measured: the uncontended
@@ -80,28 +77,8 @@ func sampleLag(ctx context.Context, metrics string) []time.Duration {
 			return out
 		case <-tick.C:
 		}
-		if v, ok := scrape(ctx, metrics, "lockd_audit_lag_seconds"); ok {
+		if v, ok := proc.Metric(ctx, metrics, "lockd_audit_lag_seconds"); ok {
 			out = append(out, time.Duration(v*float64(time.Second)))
 		}
 	}
-}
-
-func scrape(ctx context.Context, addr, name string) (float64, bool) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }

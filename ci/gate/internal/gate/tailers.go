@@ -1,12 +1,9 @@
 package gate
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -55,28 +52,9 @@ func (r *run) startTailers(ctx context.Context, lockdBin string) error {
 	return fmt.Errorf("gate: no audit tailer was elected in 30s (see %s)", filepath.Join(r.dir, "lockd", "tailer-*.log"))
 }
 
-// gauge reads one metric (the first series with that name) from a
-// tailer's /metrics; ok is false when it cannot be read.
+// gauge reads one of the tailer's metrics.
 func (t *tailer) gauge(ctx context.Context, name string) (float64, bool) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.metrics+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
+	return proc.Metric(ctx, t.metrics, name)
 }
 
 func (r *run) tailerLeader(ctx context.Context) *tailer {
