@@ -101,6 +101,10 @@ type Config struct {
 	// Margin is added to the class TTL when waiting for the paused
 	// holder's hold to end (DefaultMargin when zero).
 	Margin time.Duration
+
+	// holderStarted, when set (by tests), runs after holder A starts and
+	// before it is sent its task.
+	holderStarted func(*holderProc)
 }
 
 func (cfg *Config) validate() error {
@@ -260,15 +264,24 @@ func (r *run) do(ctx context.Context) error {
 
 	// 2. Holder A, in a child process: a first write that must land.
 	r.progress("starting holder A (a child process) on %s", key)
-	h, err := startHolder(r.cfg.Executable, holderTask{
-		Context: *r.cfg.Context, Key: key, Class: r.cfg.Class, Resource: r.cfg.Resource, Wait: wait,
-		FirstValue: r.values.aFirst, SecondValue: r.values.aStale,
-	})
+	h, err := startHolder(r.cfg.Executable)
 	if err != nil {
 		return err
 	}
 	defer h.kill()
-	ev, err := h.next(ctx, eventFirst, wait+holderSlack)
+	// A child that exits before reading its task (it is not hooked) is a
+	// failed holder, reported as one, not a setup error.
+	if r.cfg.holderStarted != nil {
+		r.cfg.holderStarted(h)
+	}
+	var ev holderEvent
+	err = h.send(holderTask{
+		Context: *r.cfg.Context, Key: key, Class: r.cfg.Class, Resource: r.cfg.Resource, Wait: wait,
+		FirstValue: r.values.aFirst, SecondValue: r.values.aStale,
+	})
+	if err == nil {
+		ev, err = h.next(ctx, eventFirst, wait+holderSlack)
+	}
 	switch {
 	case err != nil:
 		rep.step(StepFirstWrite, StatusFailed, fmt.Sprintf("holder A failed before its first write: %v", err))
@@ -503,8 +516,8 @@ type holderProc struct {
 	err    error         // A's exit status, once exitCh is closed
 }
 
-// startHolder starts exe as holder A and sends it its task.
-func startHolder(exe string, task holderTask) (*holderProc, error) {
+// startHolder starts exe as holder A; send gives it its task.
+func startHolder(exe string) (*holderProc, error) {
 	h := &holderProc{events: make(chan holderEvent, 4), exitCh: make(chan struct{})}
 	h.cmd = exec.Command(exe)
 	h.cmd.Env = append(commandEnv(), EnvHolder+"=1")
@@ -534,12 +547,16 @@ func startHolder(exe string, task holderTask) (*holderProc, error) {
 		h.err = h.cmd.Wait()
 		close(h.exitCh)
 	}()
+	return h, nil
+}
+
+// send writes A's task to its stdin. It fails if A has already exited.
+func (h *holderProc) send(task holderTask) error {
 	b, _ := json.Marshal(task)
 	if _, err := h.stdin.Write(append(b, '\n')); err != nil {
-		h.kill()
-		return nil, fmt.Errorf("pausetest: send holder A its task: %w", h.exited(err))
+		return fmt.Errorf("pausetest: send holder A its task: %w", h.exited(err))
 	}
-	return h, nil
+	return nil
 }
 
 // next waits up to timeout for A's next event, which must be want.

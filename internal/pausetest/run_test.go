@@ -148,3 +148,18 @@ func TestHolderNotHooked(t *testing.T) {
 	require.Equal(t, OutcomeFail, rep.Outcome)
 	require.Contains(t, rep.Message, "holder A failed before its first write")
 }
+
+// A child that exits before it is sent its task (here: before the write, for
+// certain) is a holder that failed, reported as such; it is not a setup error.
+func TestHolderExitingBeforeItsTaskFailsTheHolderStep(t *testing.T) {
+	t.Parallel()
+	env := lockdtest.Start(t, lockdtest.Options{})
+	cfg := testConfig(env, "t/pt-gone", Spec{Write: "true", Read: "true"})
+	cfg.Executable = "/bin/true"
+	cfg.holderStarted = func(h *holderProc) { <-h.exitCh }
+	rep, err := Run(t.Context(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeFail, rep.Outcome)
+	require.Contains(t, rep.Message, "holder A failed before its first write")
+	require.Contains(t, rep.Message, "send holder A its task")
+}
