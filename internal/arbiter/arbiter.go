@@ -252,6 +252,8 @@ func (a *Arbiter) Start(ctx context.Context) error {
 	if err := a.initEpoch(ctx); err != nil {
 		return err
 	}
+	age := func() time.Duration { return time.Since(a.epoch.Load().readAt) }
+	a.metrics.epochReadAt.Store(&age)
 	a.wg.Add(4)
 	go func() { defer a.wg.Done(); a.refreshEpochLoop(a.bg) }()
 	go func() { defer a.wg.Done(); a.watchSessions(a.bg) }()

@@ -60,5 +60,10 @@ func (a *Arbiter) collect(ctx context.Context) error {
 		}
 		a.metrics.Holds.WithLabelValues(ns).Set(float64(resp.Count))
 	}
+	resp, err := a.cli.Get(cctx, graceKey, clientv3.WithCountOnly())
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	a.metrics.graceActive.Set(float64(min(resp.Count, 1)))
 	return nil
 }

@@ -604,6 +604,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 		return adv, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
 	}
 	adv.HoldsDeleted = resp.Responses[1].GetResponseDeleteRange().Deleted
+	a.metrics.graceActive.Set(1) // until the next collection finds the key gone
 	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
 		"cluster_id", hexID(newID), "holds_deleted", adv.HoldsDeleted, "reason", req.Reason, "grants_resume_in", adv.Grace)
 	if resp.Header.ClusterId != newID {

@@ -1,8 +1,10 @@
 package arbiter
 
 import (
-	"google.golang.org/grpc/codes"
+	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -34,7 +36,14 @@ type Metrics struct {
 	forceReleases          *prometheus.CounterVec
 	epochAdvances          *prometheus.CounterVec
 	tokenValidations       *prometheus.CounterVec
-	code                   func(error) codes.Code
+	// graceActive is 1 while an epoch advance's grace key exists (grants
+	// wait it out); refreshed with the store-wide gauges.
+	graceActive prometheus.Gauge
+	// epochReadAt is when this arbiter last confirmed the epoch with a
+	// linearizable read, for lockd_epoch_read_age_seconds: a read that
+	// needs a quorum, so its age grows while the store has none.
+	epochReadAt atomic.Pointer[func() time.Duration]
+	code        func(error) codes.Code
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -103,7 +112,18 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 			Help: "ValidateToken calls by key namespace (\"-\" before the caller is authorized); code is current, superseded, not_held or other_epoch for answers, else the gRPC code of the refusal. A resource depending on ValidateToken shows here."},
 			[]string{"namespace", "code"}),
 	}
-	reg.MustRegister(m.keepAlivesNotCredited, m.quotaRefusals, m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	m.graceActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_epoch_grace_active", Help: "1 while grants wait out an epoch advance's grace (the grace key exists in the store)."})
+	epochReadAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lockd_epoch_read_age_seconds",
+		Help: "Seconds since this lockd last read the epoch from a quorum of the store; it grows without bound while the store has no quorum or cannot be reached (0 before the first read)."},
+		func() float64 {
+			if f := m.epochReadAt.Load(); f != nil {
+				return (*f)().Seconds()
+			}
+			return 0
+		})
+	reg.MustRegister(m.graceActive, epochReadAge, m.keepAlivesNotCredited, m.quotaRefusals, m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }

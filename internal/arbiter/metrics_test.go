@@ -55,3 +55,33 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 		t.Fatal("no labelled metrics gathered")
 	}
 }
+
+// TestEpochGaugesForAlerts: the gauges the grace and quorum alerts read.
+// An advance turns lockd_epoch_grace_active on at once, and the epoch read
+// age stays within the refresh interval while the store answers.
+func TestEpochGaugesForAlerts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := lockdtest.Start(t, lockdtest.Options{Registry: reg})
+	gauge := func(name string) (float64, bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	if v, ok := gauge("lockd_epoch_grace_active"); !ok || v != 0 {
+		t.Fatalf("lockd_epoch_grace_active before any advance = %v (exported %v), want 0", v, ok)
+	}
+	if v, ok := gauge("lockd_epoch_read_age_seconds"); !ok || v < 0 || v > 3 {
+		t.Fatalf("lockd_epoch_read_age_seconds = %v (exported %v), want within MaxEpochAge", v, ok)
+	}
+	env.AdvanceEpoch(t, 1, "metrics test")
+	if v, _ := gauge("lockd_epoch_grace_active"); v != 1 {
+		t.Fatalf("lockd_epoch_grace_active after an advance = %v, want 1", v)
+	}
+}
