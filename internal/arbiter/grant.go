@@ -10,12 +10,14 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/internal/tracing"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
@@ -265,7 +267,12 @@ func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Dura
 func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	start := time.Now()
 	ns, clsName := "-", "-"
-	defer func() { a.metrics.observeAcquire(ns, clsName, err, time.Since(start)) }()
+	defer func() {
+		d := time.Since(start)
+		a.metrics.observeAcquire(ns, clsName, err, d)
+		trace.SpanFromContext(ctx).SetAttributes(tracing.AttrNamespace.String(ns), tracing.AttrClass.String(clsName),
+			tracing.Seconds(tracing.AttrWaitRequested, req.Wait), tracing.Seconds(tracing.AttrWaited, d))
+	}()
 
 	if err := lockkey.Validate(req.Key); err != nil {
 		return Grant{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)

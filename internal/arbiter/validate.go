@@ -6,11 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/internal/tracing"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
@@ -121,7 +123,14 @@ func (l *validateLimits) allow(identity string, now time.Time) bool {
 func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key string, tok uint64) (c TokenCheck, err error) {
 	who := caller.String()
 	ns := "-" // a namespace label only once the caller may read the key: labels stay bounded
-	defer func() { a.metrics.observeValidate(ns, c, err) }()
+	defer func() {
+		a.metrics.observeValidate(ns, c, err)
+		span := trace.SpanFromContext(ctx)
+		span.SetAttributes(tracing.AttrNamespace.String(ns))
+		if err == nil {
+			span.SetAttributes(tracing.AttrTokenState.String(c.State.String()))
+		}
+	}()
 	if err := lockkey.Validate(key); err != nil {
 		return TokenCheck{}, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/identity"
@@ -117,6 +118,12 @@ type Config struct {
 
 	// Audit is the audit history (tailer, sink, archive).
 	Audit AuditConfig
+
+	// TracerProvider, when set, traces lockd's gRPC server and, for an
+	// external etcd, its etcd client (the embedded etcd is called in
+	// process: its calls have no spans of their own). nil: no tracing. The
+	// lockd command builds one from the OTEL_* environment (tracing.FromEnv).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults of the lockd command's flags.

@@ -40,6 +40,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/server"
 	"github.com/lockd-dev/lockd/internal/store"
+	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/client/clientconfig"
 )
 
@@ -208,6 +210,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
+	if cfg.TracerProvider != nil {
+		gopts = append(gopts, tracing.ServerOptions(cfg.TracerProvider, client.Reason)...)
+	}
 	d.g = grpc.NewServer(gopts...)
 	d.svc = server.New(d.arb, identity.Extractor{Insecure: cfg.InsecureLoopback}, logger.With("component", "server"))
 	if opv != nil {
@@ -322,6 +327,7 @@ func (d *Daemon) logReady() {
 		"mode", d.mode,
 		"tls", d.tlsMode,
 		"classes", len(d.watcher.Current().Classes()),
+		"tracing", d.cfg.TracerProvider != nil,
 	}
 	switch d.mode {
 	case "embedded":
@@ -528,12 +534,16 @@ func openStore(opts *Config, dataDir string) (*store.Backend, string, error) {
 		}
 		return b, "embedded", nil
 	}
-	b, err := store.ConnectExternal(store.ExternalConfig{
+	ext := store.ExternalConfig{
 		Endpoints: opts.EtcdEndpoints,
 		CAFile:    opts.EtcdCA,
 		CertFile:  opts.EtcdCert,
 		KeyFile:   opts.EtcdKey,
-	})
+	}
+	if opts.TracerProvider != nil {
+		ext.DialOptions = append(ext.DialOptions, tracing.ClientHandler(opts.TracerProvider))
+	}
+	b, err := store.ConnectExternal(ext)
 	if err != nil {
 		return nil, "", err
 	}

@@ -26,6 +26,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // ErrStart reports that the store could not be started or reached.
@@ -166,6 +167,8 @@ type ExternalConfig struct {
 	DialTimeout time.Duration
 	// Logger receives client logs; nil silences them.
 	Logger *zap.Logger
+	// DialOptions are added to the client's gRPC dial options (tracing).
+	DialOptions []grpc.DialOption
 }
 
 // ConnectExternal connects to an etcd cluster.
@@ -196,6 +199,7 @@ func ConnectExternal(c ExternalConfig) (*Backend, error) {
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               logger,
+		DialOptions:          c.DialOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrStart, c.Endpoints, err)

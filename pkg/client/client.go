@@ -39,6 +39,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -46,6 +48,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/tracing"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -57,6 +60,7 @@ type options struct {
 	log        *slog.Logger
 	now        func() time.Time
 	dial       []grpc.DialOption
+	tp         trace.TracerProvider
 }
 
 // Option configures a Client.
@@ -115,14 +119,26 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dial = append(o.dial, opts...); return nil }
 }
 
+// WithTracerProvider traces the client's calls with tp instead of the
+// global OpenTelemetry provider (otel.GetTracerProvider, which records
+// nothing unless the program sets one). Each Acquire is a span, with the
+// RPCs it makes as children, and lockd continues the trace. Spans carry the
+// key's namespace, the class, the wait and the outcome's reason: never the
+// key or a token. Background calls (keepalives, resolving an unknown
+// outcome) start no trace.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error { o.tp = tp; return nil }
+}
+
 // Client talks to lockd. It is safe for concurrent use.
 type Client struct {
-	conn  *grpc.ClientConn
-	lock  lockv1.LockServiceClient
-	admin lockv1.AdminServiceClient
-	log   *slog.Logger
-	now   func() time.Time
-	ka    *keepalives
+	conn   *grpc.ClientConn
+	lock   lockv1.LockServiceClient
+	admin  lockv1.AdminServiceClient
+	log    *slog.Logger
+	now    func() time.Time
+	ka     *keepalives
+	tracer trace.Tracer
 
 	// ctx ends when the client is closed; background work uses it.
 	ctx    context.Context
@@ -147,7 +163,11 @@ func New(opts ...Option) (*Client, error) {
 	if o.target == "" {
 		return nil, fmt.Errorf("%w: no lockd address: use WithTarget or a config context", ErrConfig)
 	}
-	dial := append([]grpc.DialOption{}, o.dial...)
+	tp := o.tp
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	dial := append([]grpc.DialOption{tracing.ClientHandler(tp)}, o.dial...)
 	switch {
 	case o.insecureID != "":
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -167,7 +187,7 @@ func New(opts ...Option) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		conn: conn, lock: lockv1.NewLockServiceClient(conn), admin: lockv1.NewAdminServiceClient(conn),
-		log: o.log, now: o.now, ctx: ctx, cancel: cancel,
+		log: o.log, now: o.now, ctx: ctx, cancel: cancel, tracer: tp.Tracer(tracerName),
 		sessions: map[time.Duration]*session{}, classTTL: map[string]time.Duration{},
 	}
 	c.ka = newKeepalives(c)
@@ -179,6 +199,9 @@ func (c *Client) LockService() lockv1.LockServiceClient { return c.lock }
 
 // AdminService returns the raw lock.v1 admin client.
 func (c *Client) AdminService() lockv1.AdminServiceClient { return c.admin }
+
+// tracerName names the client's spans' instrumentation scope.
+const tracerName = "github.com/lockd-dev/lockd/pkg/client"
 
 // closeTimeout bounds Close's calls to lockd.
 const closeTimeout = 5 * time.Second
@@ -271,7 +294,7 @@ const acquireSlack = 10 * time.Second
 // When the outcome is unknown (an error for which Definite is false), the
 // hold may exist at lockd: the client finds out and releases it in the
 // background, and a later Acquire of the key waits for that.
-func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*Lock), opts ...AcquireOption) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*Lock), opts ...AcquireOption) (_ *Lock, err error) {
 	if onFence == nil {
 		return nil, ErrNoFence
 	}
@@ -279,6 +302,13 @@ func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*L
 	for _, o := range opts {
 		o(&ao)
 	}
+	start := time.Now()
+	ctx, span := c.tracer.Start(ctx, "lockd.client/Acquire", trace.WithAttributes(
+		tracing.Namespace(key), tracing.AttrClass.String(class), tracing.Seconds(tracing.AttrWaitRequested, ao.wait)))
+	defer func() {
+		span.SetAttributes(tracing.Seconds(tracing.AttrWaited, time.Since(start)))
+		tracing.End(span, err, Reason(err))
+	}()
 	if !ao.leak || ao.wait <= 0 {
 		return c.acquire(ctx, key, class, onFence, ao.wait)
 	}

@@ -11,14 +11,17 @@ package lockdtest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -178,6 +181,16 @@ type Options struct {
 	// MaxSessionsPerIdentity and MaxWaitersPerIdentity are the arbiter's
 	// quotas (its defaults when zero).
 	MaxSessionsPerIdentity, MaxWaitersPerIdentity int
+	// TracerProvider traces lockd (nil: no tracing).
+	TracerProvider trace.TracerProvider
+	// ExternalEtcd starts etcd as a separate server (embedded in the test
+	// process, on loopback ports) and has lockd connect to it over gRPC, as
+	// it does to an external cluster: lockd's own etcd client, with its
+	// tracing. Backend must be nil.
+	ExternalEtcd bool
+	// LogOutput receives lockd's logs at debug level, as JSON (none when
+	// nil).
+	LogOutput io.Writer
 }
 
 // Env is a running lockd.
@@ -245,6 +258,10 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 	if o.RequestTimeout != 0 {
 		cfg.RequestTimeout = o.RequestTimeout
 	}
+	cfg.TracerProvider = o.TracerProvider
+	if o.LogOutput != nil {
+		cfg.LogOutput, cfg.LogLevel, cfg.LogFormat = o.LogOutput, "debug", "json"
+	}
 	cfg.Audit.Mode = lockd.AuditOff
 	if o.Audit {
 		cfg.Audit.Mode = lockd.AuditOn
@@ -282,7 +299,21 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := lockd.New(ctx, daemonConfig(o, b, e.ClassesDir, t.TempDir()))
+	cfg := daemonConfig(o, b, e.ClassesDir, t.TempDir())
+	if o.ExternalEtcd {
+		if o.Backend != nil {
+			t.Fatal("lockdtest: ExternalEtcd with a Backend")
+		}
+		// lockd dials the member itself; a new member may get epoch 1.
+		resp, err := b.Client.Get(ctx, "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Backend = nil
+		cfg.EtcdEndpoints = []string{b.Embedded.Config().ListenClientUrls[0].String()}
+		cfg.BootstrapEpochClusterID = strconv.FormatUint(resp.Header.GetClusterId(), 16)
+	}
+	d, err := lockd.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,11 @@ package lockdcmd
 
 import (
 	"context"
+	"time"
 
 	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/lockd"
+	"github.com/lockd-dev/lockd/internal/tracing"
 )
 
 // run builds lockd from opts (the one assembly, internal/lockd) and serves
@@ -15,6 +17,18 @@ func run(ctx context.Context, opts *Options) error {
 	if err := validate(opts); err != nil {
 		return err
 	}
+	tp, err := tracing.FromEnv(ctx, "lockd")
+	if err != nil {
+		return &cli.UsageError{Err: err}
+	}
+	if tp != nil {
+		opts.TracerProvider = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+			defer cancel()
+			_ = tp.Shutdown(sctx) // spans not exported by then are lost, not waited for
+		}()
+	}
 	d, err := lockd.New(ctx, *opts)
 	if err != nil {
 		return err
@@ -22,6 +36,10 @@ func run(ctx context.Context, opts *Options) error {
 	defer d.Close()
 	return d.Run(ctx)
 }
+
+// traceFlushTimeout bounds how long a stopping lockd waits to export the
+// spans it still buffers.
+const traceFlushTimeout = 5 * time.Second
 
 // validate checks opts (lockd.Config.Validate); a violation is a usage
 // error.

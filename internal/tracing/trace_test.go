@@ -1,0 +1,116 @@
+package tracing_test
+
+import (
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/client"
+	"github.com/lockd-dev/lockd/pkg/lockdtest"
+)
+
+// tracedEnv is a lockd on an etcd reached over gRPC, the Go client and
+// lockd both tracing into one in-memory exporter.
+func tracedEnv(t *testing.T, o lockdtest.Options) (*lockdtest.Env, *tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	o.TracerProvider, o.ExternalEtcd = tp, true
+	return lockdtest.Start(t, o), exp, tp
+}
+
+func attr(s tracetest.SpanStub, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+// TestOneAcquireIsOneTrace: an Acquire through the Go client is one trace:
+// the client's Acquire span, its RPCs, lockd's server spans under them, and
+// lockd's etcd calls under those, with the namespace, class and wait on the
+// spans that know them.
+func TestOneAcquireIsOneTrace(t *testing.T) {
+	env, exp, tp := tracedEnv(t, lockdtest.Options{})
+	c := env.Client(t, lockdtest.Alice, client.WithTracerProvider(tp))
+	exp.Reset() // lockd's start-up
+	l, err := c.Acquire(t.Context(), "t/trace/1", "std", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(t.Context())
+
+	spans := exp.GetSpans()
+	var root tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == "lockd.client/Acquire" {
+			root = s
+		}
+	}
+	if !root.SpanContext.IsValid() {
+		t.Fatalf("no lockd.client/Acquire span among %d", len(spans))
+	}
+	if root.Parent.IsValid() {
+		t.Errorf("the client's Acquire span has a parent: %v", root.Parent)
+	}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range spans {
+		if s.SpanContext.TraceID() == root.SpanContext.TraceID() {
+			byID[s.SpanContext.SpanID()] = s
+		}
+	}
+	// Each span's chain of parents, by kind and name.
+	chain := func(s tracetest.SpanStub) string {
+		var parts []string
+		for {
+			parts = append([]string{s.SpanKind.String() + ":" + s.Name}, parts...)
+			p, ok := byID[s.Parent.SpanID()]
+			if !s.Parent.IsValid() || !ok {
+				return strings.Join(parts, " > ")
+			}
+			s = p
+		}
+	}
+	want := map[string]bool{
+		"internal:lockd.client/Acquire > client:lock.v1.LockService/Acquire > server:lock.v1.LockService/Acquire":                        false,
+		"internal:lockd.client/Acquire > client:lock.v1.LockService/Acquire > server:lock.v1.LockService/Acquire > client:etcdserverpb.KV/Txn": false,
+		"internal:lockd.client/Acquire > client:lock.v1.LockService/OpenSession > server:lock.v1.LockService/OpenSession":                false,
+	}
+	var got []string
+	for _, s := range byID {
+		c := chain(s)
+		got = append(got, c)
+		if _, ok := want[c]; ok {
+			want[c] = true
+		}
+	}
+	for c, seen := range want {
+		if !seen {
+			t.Errorf("no span chain %q in the Acquire's trace; it has:\n  %s", c, strings.Join(got, "\n  "))
+		}
+	}
+	for _, s := range byID {
+		if s.SpanKind != trace.SpanKindServer || s.Name != "lock.v1.LockService/Acquire" {
+			continue
+		}
+		for k, v := range map[attribute.Key]string{tracing.AttrNamespace: "t", tracing.AttrClass: "std"} {
+			if got, ok := attr(s, k); !ok || got.AsString() != v {
+				t.Errorf("lockd's Acquire span: %s = %q, want %q", k, got.AsString(), v)
+			}
+		}
+		if _, ok := attr(s, tracing.AttrWaited); !ok {
+			t.Errorf("lockd's Acquire span has no %s", tracing.AttrWaited)
+		}
+	}
+	if v, _ := attr(root, tracing.AttrNamespace); v.AsString() != "t" {
+		t.Errorf("client span namespace = %q", v.AsString())
+	}
+}
