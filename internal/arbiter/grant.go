@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -270,8 +271,18 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	defer func() {
 		d := time.Since(start)
 		a.metrics.observeAcquire(ns, clsName, err, d)
-		trace.SpanFromContext(ctx).SetAttributes(tracing.AttrNamespace.String(ns), tracing.AttrClass.String(clsName),
-			tracing.Seconds(tracing.AttrWaitRequested, req.Wait), tracing.Seconds(tracing.AttrWaited, d))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(tracing.AttrNamespace.String(ns), tracing.AttrClass.String(clsName),
+				tracing.Seconds(tracing.AttrWaitRequested, req.Wait), tracing.Seconds(tracing.AttrWaited, d))
+		}
+		if !a.log.Enabled(ctx, slog.LevelDebug) {
+			return
+		}
+		if err == nil {
+			a.log.Debug("granted", "key", req.Key, "class", ns+"/"+clsName, "caller", req.Caller.String(), "session", req.Session, "waited", d)
+		} else {
+			a.log.Debug("acquire refused", "key", req.Key, "class", ns+"/"+clsName, "caller", req.Caller.String(), "session", req.Session, "waited", d, "err", err)
+		}
 	}()
 
 	if err := lockkey.Validate(req.Key); err != nil {
@@ -392,6 +403,12 @@ func (a *Arbiter) sessionGone(id int64, err error) error {
 // denial otherwise, before anything is read).
 func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session int64, key string, tok uint64) (released bool, err error) {
 	who := caller.String()
+	defer func() {
+		if !a.log.Enabled(ctx, slog.LevelDebug) {
+			return
+		}
+		a.log.Debug("release", "key", key, "caller", who, "session", session, "held", released, "err", err)
+	}()
 	if err := lockkey.Validate(key); err != nil {
 		return false, fmt.Errorf("%w: key: %w", ErrInvalid, err)
 	}

