@@ -80,9 +80,9 @@ func TestOneAcquireIsOneTrace(t *testing.T) {
 		}
 	}
 	want := map[string]bool{
-		"internal:lockd.client/Acquire > client:lock.v1.LockService/Acquire > server:lock.v1.LockService/Acquire":                        false,
+		"internal:lockd.client/Acquire > client:lock.v1.LockService/Acquire > server:lock.v1.LockService/Acquire":                              false,
 		"internal:lockd.client/Acquire > client:lock.v1.LockService/Acquire > server:lock.v1.LockService/Acquire > client:etcdserverpb.KV/Txn": false,
-		"internal:lockd.client/Acquire > client:lock.v1.LockService/OpenSession > server:lock.v1.LockService/OpenSession":                false,
+		"internal:lockd.client/Acquire > client:lock.v1.LockService/OpenSession > server:lock.v1.LockService/OpenSession":                      false,
 	}
 	var got []string
 	for _, s := range byID {
