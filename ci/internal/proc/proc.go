@@ -30,6 +30,8 @@ type Proc struct {
 	Log string
 	// OnLine, when set, receives each stdout line.
 	OnLine func(string)
+	// Env is added to this process's environment (KEY=value).
+	Env []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -43,6 +45,9 @@ func (p *Proc) Start() error {
 		return err
 	}
 	cmd := exec.Command(p.Bin, p.Args...)
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stdout io.ReadCloser

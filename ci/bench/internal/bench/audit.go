@@ -17,43 +17,74 @@ import (
 // W=64 rate is lockd's highest grant rate, so the most history per second.
 const auditScenario = "uncontended-w64"
 
-// auditCompare measures lockd with the audit tailer off and on in one run,
-// ABBA (off, on, on, off), each pass half of d on a fresh embedded lockd,
-// and samples the tailer's lag while it is on.
-func auditCompare(ctx context.Context, o Options, exe, lockd string) (*result.Audit, error) {
-	sc, err := scenarioNamed(auditScenario)
-	if err != nil {
-		return nil, err
-	}
+// abbaPass is one pass of an off/on comparison: the rig (Dir, Mode, Exe,
+// Lockd and Identities are filled in) and, optionally, work that runs
+// alongside the measurement until it ends.
+type abbaPass struct {
+	rig    rig.Config
+	during func(ctx context.Context, r *rig.Rig)
+}
+
+// abba measures lockd alone in scenario sc four times, off, on, on, off,
+// each pass half of o.Duration on a fresh embedded lockd that setup
+// configures, and merges the two passes of each side: one run, so both
+// sides see the same machine.
+func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, setup func(on bool) abbaPass) (off, on *result.System, err error) {
 	half := o.Duration / 2
-	var off, on []measured
-	var lags []time.Duration
-	for i, mode := range []string{"off", "on", "on", "off"} {
-		dir := filepath.Join(o.Out, "audit", fmt.Sprintf("%d-%s", i, mode))
-		r, err := rig.Start(ctx, rig.Config{Dir: dir, Mode: rig.Embedded, Exe: exe, Lockd: lockd, Identities: 64, Audit: mode})
+	var offs, ons []measured
+	for i, isOn := range []bool{false, true, true, false} {
+		mode := map[bool]string{false: "off", true: "on"}[isOn]
+		p := setup(isOn)
+		p.rig.Dir = filepath.Join(o.Out, name, fmt.Sprintf("%d-%s", i, mode))
+		p.rig.Mode, p.rig.Exe, p.rig.Lockd, p.rig.Identities = rig.Embedded, exe, lockd, 64
+		r, err := rig.Start(ctx, p.rig)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var wg sync.WaitGroup
 		sctx, stop := context.WithCancel(ctx)
-		var got []time.Duration
-		if mode == "on" {
+		if p.during != nil {
 			wg.Add(1)
-			go func() { defer wg.Done(); got = sampleLag(sctx, r.Lockd.Metrics) }()
+			go func() { defer wg.Done(); p.during(sctx, r) }()
 		}
 		m := measure(ctx, half, r, sc, result.Lockd, "", "")
 		stop()
 		wg.Wait()
 		r.Close()
-		if mode == "on" {
-			on, lags = append(on, m), append(lags, got...)
+		if isOn {
+			ons = append(ons, m)
 		} else {
-			off = append(off, m)
+			offs = append(offs, m)
 		}
-		logf(o.Log, "audit %s: %s", mode, dir)
+		logf(o.Log, "%s %s: %s", name, mode, p.rig.Dir)
 	}
-	a := &result.Audit{Scenario: auditScenario,
-		OffGrantsPerSec: merge(result.Lockd, off).GrantsPerSec, OnGrantsPerSec: merge(result.Lockd, on).GrantsPerSec, Samples: len(lags)}
+	return merge(result.Lockd, offs), merge(result.Lockd, ons), nil
+}
+
+// auditCompare measures lockd with the audit tailer off and on (abba) and
+// samples the tailer's lag while it is on.
+func auditCompare(ctx context.Context, o Options, exe, lockd string) (*result.Audit, error) {
+	sc, err := scenarioNamed(auditScenario)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var lags []time.Duration
+	off, on, err := abba(ctx, o, exe, lockd, "audit", sc, func(isOn bool) abbaPass {
+		if !isOn {
+			return abbaPass{rig: rig.Config{Audit: "off"}}
+		}
+		return abbaPass{rig: rig.Config{Audit: "on"}, during: func(ctx context.Context, r *rig.Rig) {
+			got := sampleLag(ctx, r.Lockd.Metrics)
+			mu.Lock()
+			defer mu.Unlock()
+			lags = append(lags, got...)
+		}}
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &result.Audit{Scenario: auditScenario, OffGrantsPerSec: off.GrantsPerSec, OnGrantsPerSec: on.GrantsPerSec, Samples: len(lags)}
 	if a.OffGrantsPerSec > 0 {
 		a.Ratio = a.OnGrantsPerSec / a.OffGrantsPerSec
 	}

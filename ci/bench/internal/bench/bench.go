@@ -169,6 +169,9 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 			if run.Audit, err = auditCompare(ctx, o, exe, lockd); err != nil {
 				return runs, err
 			}
+			if run.Tracing, err = tracingCompare(ctx, o, exe, lockd); err != nil {
+				return runs, err
+			}
 		}
 		runs = append(runs, run)
 	}
@@ -223,7 +226,7 @@ func newSystem(name string, sc scenario, r *rig.Rig, redisAddr, redisWhy string)
 		s, err := newMutex(r.EtcdEndpoints)
 		return s, "", err
 	case result.Lockd:
-		return &lockdSystem{addr: r.Lockd.Addr, shared: sc.keys == sc.workers}, "", nil
+		return &lockdSystem{addr: r.Lockd.Addr, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
 	case result.Redsync:
 		if redisAddr == "" {
 			return nil, redisWhy, nil

@@ -153,6 +153,7 @@ func (l *mutexLocker) lock(ctx context.Context, key string) (func(context.Contex
 type lockdSystem struct {
 	addr   string
 	shared bool
+	opts   []client.Option
 
 	mu  sync.Mutex
 	one *client.Client
@@ -169,7 +170,7 @@ func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.one == nil {
-			c, err := client.New(client.WithTarget(s.addr), client.WithInsecureIdentity(rig.Identity(0)))
+			c, err := s.client(0)
 			if err != nil {
 				return nil, err
 			}
@@ -177,11 +178,16 @@ func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
 		}
 		return &lockdLocker{c: s.one, shared: true}, nil
 	}
-	c, err := client.New(client.WithTarget(s.addr), client.WithInsecureIdentity(rig.Identity(i)))
+	c, err := s.client(i)
 	if err != nil {
 		return nil, err
 	}
 	return &lockdLocker{c: c}, nil
+}
+
+// client is a Go client as identity i.
+func (s *lockdSystem) client(i int) (*client.Client, error) {
+	return client.New(append([]client.Option{client.WithTarget(s.addr), client.WithInsecureIdentity(rig.Identity(i))}, s.opts...)...)
 }
 
 type lockdLocker struct {

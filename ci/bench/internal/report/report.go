@@ -62,6 +62,12 @@ func Table(w io.Writer, run *result.Run) {
 			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 		}
 	}
+	if t := run.Tracing; t != nil {
+		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, ABBA off/on/on/off)\n", t.Scenario)
+		for _, row := range tracingRows(t) {
+			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
+		}
+	}
 	tw.Flush()
 }
 
@@ -73,6 +79,16 @@ func auditRows(a *result.Audit) [][2]string {
 		{"tailer lag p99", latency(a.LagP99)},
 		{"tailer lag max", latency(a.LagMax)},
 		{"lag samples", strconv.Itoa(a.Samples)},
+	}
+}
+
+func tracingRows(t *result.Tracing) [][2]string {
+	return [][2]string{
+		{"grants/s, tracing off", rate(t.OffGrantsPerSec)},
+		{"grants/s, tracing on", rate(t.OnGrantsPerSec)},
+		{"on/off", fmt.Sprintf("%.2fx", t.Ratio)},
+		{"p99, off / on", latency(t.OffP99) + " / " + latency(t.OnP99)},
+		{"spans exported", strconv.FormatInt(t.SpansExported, 10)},
 	}
 }
 
@@ -114,12 +130,20 @@ func Markdown(w io.Writer, run *result.Run) {
 		}
 	}
 	if a := run.Audit; a != nil {
-		fmt.Fprintf(w, "\n### Audit tailer (%s, lockd alone, ABBA off/on/on/off)\n\n", a.Scenario)
-		fmt.Fprintln(w, "| measure | value |")
-		fmt.Fprintln(w, "|---|---|")
-		for _, row := range auditRows(a) {
-			fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
-		}
+		mdRows(w, fmt.Sprintf("Audit tailer (%s, lockd alone, ABBA off/on/on/off)", a.Scenario), auditRows(a))
+	}
+	if t := run.Tracing; t != nil {
+		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, ABBA off/on/on/off)", t.Scenario), tracingRows(t))
+	}
+}
+
+// mdRows writes a measure/value table under a heading.
+func mdRows(w io.Writer, title string, rows [][2]string) {
+	fmt.Fprintf(w, "\n### %s\n\n", title)
+	fmt.Fprintln(w, "| measure | value |")
+	fmt.Fprintln(w, "|---|---|")
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
 	}
 }
 

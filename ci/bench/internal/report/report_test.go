@@ -78,6 +78,10 @@ func testRun() *result.Run {
 			Held:  false,
 			Notes: []string{"holds stopped at 99000: grant timeouts", "raise --max-holds"},
 		},
+		Audit: &result.Audit{Scenario: "uncontended-w64", OffGrantsPerSec: 5200, OnGrantsPerSec: 4900, Ratio: 0.94,
+			LagP99: 670 * time.Millisecond, LagMax: 900 * time.Millisecond, Samples: 40},
+		Tracing: &result.Tracing{Scenario: "uncontended-w64", OffGrantsPerSec: 5200, OnGrantsPerSec: 5000, Ratio: 0.96,
+			OffP99: 21 * time.Millisecond, OnP99: 23 * time.Millisecond, SpansExported: 123456},
 	}
 }
 

@@ -24,6 +24,7 @@ type Run struct {
 	Scenarios []*Scenario `json:"scenarios"`
 	Renewal   *Renewal    `json:"renewal,omitempty"`
 	Audit     *Audit      `json:"audit,omitempty"`
+	Tracing   *Tracing    `json:"tracing,omitempty"`
 	Profiles  []string    `json:"profiles,omitempty"` // paths of lockd pprof files
 }
 
@@ -117,6 +118,22 @@ type Renewal struct {
 	// when not, Notes say where it broke.
 	Held  bool     `json:"held"`
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Tracing is lockd with tracing off and on, in one run (ABBA: off, on, on,
+// off, each pass on a fresh lockd).
+type Tracing struct {
+	Scenario string `json:"scenario"`
+	// OffGrantsPerSec and OnGrantsPerSec are lockd's throughput without and
+	// with tracing (lockd and the load generator's clients, every span
+	// exported over OTLP); Ratio is on/off.
+	OffGrantsPerSec float64       `json:"offGrantsPerSec"`
+	OnGrantsPerSec  float64       `json:"onGrantsPerSec"`
+	Ratio           float64       `json:"ratio"`
+	OffP99          time.Duration `json:"offP99"`
+	OnP99           time.Duration `json:"onP99"`
+	// SpansExported counts the spans the sink received.
+	SpansExported int64 `json:"spansExported"`
 }
 
 // Audit is lockd with its audit tailer off and on, in one run (ABBA: off,

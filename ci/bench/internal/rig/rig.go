@@ -18,6 +18,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/internal/classdir"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
+	"github.com/lockd-dev/lockd/pkg/client"
 )
 
 // Modes.
@@ -56,6 +57,11 @@ type Config struct {
 	// Audit is lockd's --audit (empty: its default, on with the embedded
 	// etcd).
 	Audit string
+	// Env is added to lockd's environment (OTEL_* for tracing).
+	Env []string
+	// ClientOptions are added to every Go client the load generator opens
+	// against this lockd.
+	ClientOptions []client.Option
 }
 
 // Rig is the running etcd and lockd.
@@ -64,6 +70,8 @@ type Rig struct {
 	// EtcdEndpoints are etcd's client URLs (for raw clients).
 	EtcdEndpoints []string
 	Lockd         *proc.Lockd
+	// ClientOptions are Config.ClientOptions.
+	ClientOptions []client.Option
 	etcd          *cluster.Cluster
 }
 
@@ -80,9 +88,9 @@ func Start(ctx context.Context, c Config) (*Rig, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Rig{Mode: c.Mode}
+	r := &Rig{Mode: c.Mode, ClientOptions: c.ClientOptions}
 	l := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	l.Name, l.Bin, l.Log = "lockd", c.Lockd, filepath.Join(c.Dir, "lockd.log")
+	l.Name, l.Bin, l.Log, l.Env = "lockd", c.Lockd, filepath.Join(c.Dir, "lockd.log"), c.Env
 	l.Args = []string{"--insecure-loopback", "--listen", l.Addr, "--metrics-listen", l.Metrics,
 		"--classes", classes, "--data-dir", filepath.Join(c.Dir, "lockd"), "--log-level", "warn"}
 	if c.Pprof {
