@@ -8,10 +8,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lockd-dev/lockd/internal/tracing"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // tracedEnv is a lockd on an etcd reached over gRPC, the Go client and
@@ -112,5 +116,34 @@ func TestOneAcquireIsOneTrace(t *testing.T) {
 	}
 	if v, _ := attr(root, tracing.AttrNamespace); v.AsString() != "t" {
 		t.Errorf("client span namespace = %q", v.AsString())
+	}
+}
+
+// TestProbesAreNotTraced: a health check every few seconds must not be a
+// trace every few seconds.
+func TestProbesAreNotTraced(t *testing.T) {
+	env, exp, _ := tracedEnv(t, lockdtest.Options{})
+	conn, err := grpc.NewClient(env.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exp.Reset()
+	if _, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	lc, _ := env.Raw(t, lockdtest.Alice)
+	if _, err := lc.ListClasses(t.Context(), &lockv1.ListClassesRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range exp.GetSpans() {
+		names = append(names, s.Name)
+	}
+	if strings.Contains(strings.Join(names, " "), "grpc.health") {
+		t.Errorf("a health check was traced: %v", names)
+	}
+	if !strings.Contains(strings.Join(names, " "), "lock.v1.LockService/ListClasses") {
+		t.Errorf("a lock.v1 call was not traced: %v", names)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/lockd-dev/lockd/internal/lockkey"
@@ -138,7 +139,8 @@ func orNoop(tp trace.TracerProvider) trace.TracerProvider {
 // of the status the call answered with.
 func ServerOptions(tp trace.TracerProvider, reason func(error) string) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(orNoop(tp)), otelgrpc.WithPropagators(Propagator))),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(orNoop(tp)), otelgrpc.WithPropagators(Propagator),
+			otelgrpc.WithFilter(notProbe))),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			resp, err := h(ctx, req)
 			if err != nil {
@@ -154,6 +156,12 @@ func ServerOptions(tp trace.TracerProvider, reason func(error) string) []grpc.Se
 			return err
 		}),
 	}
+}
+
+// notProbe leaves health checks and reflection untraced: a probe every few
+// seconds would be a trace every few seconds that says nothing.
+func notProbe(info *stats.RPCTagInfo) bool {
+	return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.") && !strings.HasPrefix(info.FullMethodName, "/grpc.reflection.")
 }
 
 // markOutcome sets the outcome of a failed call on span and returns it:
