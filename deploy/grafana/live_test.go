@@ -186,6 +186,17 @@ func TestEveryPanelHasDataFromARealLockd(t *testing.T) {
 		}
 	}
 
+	// The etcd metrics come from the lockd with the embedded etcd only:
+	// one connected to an etcd over the network leaves them to etcd's own
+	// /metrics.
+	res, err := testserver.QueryPrometheus(ctx, prom, `count by (instance) (etcd_server_has_leader)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vec := res.(model.Vector); len(vec) != 1 || string(vec[0].Metric["instance"]) != a.MetricsAddr {
+		t.Errorf("etcd_server_has_leader by instance = %v, want only the embedded lockd's %s", vec, a.MetricsAddr)
+	}
+
 	// The namespace variable lists the namespaces the traffic used.
 	for path, d := range dashboards {
 		for _, v := range d.Templating.List {
