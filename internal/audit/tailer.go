@@ -261,6 +261,11 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 	}
 	t.setStored(cluster, from-1)
 	t.m.window.WithLabelValues(hex(cluster)).Set(t.cfg.CompactionWindow.Seconds())
+	// The counters are exported at 0 from the start, not from their first
+	// increment: increase() and rate() see a first gap only as a step up
+	// from a sample already scraped.
+	t.m.gaps.WithLabelValues(hex(cluster))
+	t.m.rows.WithLabelValues(hex(cluster))
 
 	for {
 		err := t.watch(ctx, f, st, from)

@@ -24,11 +24,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -225,7 +227,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.svc.ServeHistory(d.audit.sink)
 	}
 	d.svc.Register(d.g)
-	handler := d.svc.HTTPHandler(d.reg)
+	handler := d.svc.HTTPHandler(d.metricsGatherer())
 	if cfg.DebugPprof {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)
@@ -250,6 +252,41 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	return d, nil
+}
+
+// metricsGatherer is what /metrics serves: lockd's registry and, when the
+// etcd runs embedded in this process, that etcd's own metrics (etcd_*,
+// grpc_server_* for its gRPC API), which etcd registers in
+// prometheus.DefaultRegisterer. An operator of the embedded default then
+// scrapes one endpoint for lockd and its etcd, without exposing etcd's
+// client port (which also serves them) to Prometheus. A name both have is
+// served from lockd's registry only: the default registry's Go and process
+// collectors describe this same process.
+func (d *Daemon) metricsGatherer() prometheus.Gatherer {
+	if d.backend.Embedded == nil {
+		return d.reg // an external etcd is scraped on its own
+	}
+	return withProcessMetrics{own: d.reg, process: prometheus.DefaultGatherer}
+}
+
+// withProcessMetrics gathers own, then the families of process whose names
+// own does not have.
+type withProcessMetrics struct{ own, process prometheus.Gatherer }
+
+func (g withProcessMetrics) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := g.own.Gather()
+	have := make(map[string]bool, len(mfs))
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	more, perr := g.process.Gather()
+	for _, mf := range more {
+		if !have[mf.GetName()] {
+			mfs = append(mfs, mf)
+		}
+	}
+	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return mfs, errors.Join(err, perr)
 }
 
 // writeDevLockctlConfig writes <data-dir>/lockctl.yaml, the first time,

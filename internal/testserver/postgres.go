@@ -1,6 +1,7 @@
-// Package testserver starts the real servers the fence and audit tests
-// write to: a throwaway PostgreSQL cluster, MinIO server and ClickHouse
-// server, each on a free loopback port and stopped when the test ends. A
+// Package testserver starts the real servers the fence, audit and metrics
+// tests write to or read from: a throwaway PostgreSQL cluster, MinIO
+// server, ClickHouse server and Prometheus, each on a free loopback port and
+// stopped when the test ends. A
 // missing server binary fails the test with the command that installs it;
 // nothing is skipped.
 package testserver

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,76 +18,10 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/cost"
 	"github.com/lockd-dev/lockd/internal/gittest"
+	"github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
-
-// prometheusBin is Debian's Prometheus 2.42, which the cost tests run for
-// real.
-const prometheusBin = "/usr/bin/prometheus"
-
-// startPrometheus runs Prometheus on a free loopback port, scraping targets
-// (host:port, path /metrics) every second, and returns its URL. It is
-// killed at cleanup.
-func startPrometheus(t *testing.T, targets ...string) string {
-	t.Helper()
-	bin := prometheusBin
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("prometheus"); err != nil {
-			t.Fatalf("%s not found: `bash ci/tools.sh apt` installs it (Debian's prometheus package); the cost tests need a real Prometheus", prometheusBin)
-		}
-	}
-	dir := t.TempDir()
-	quoted := make([]string, len(targets))
-	for i, tg := range targets {
-		quoted[i] = strconv.Quote(tg)
-	}
-	config := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: lockd
-    static_configs:
-      - targets: [%s]
-`, strings.Join(quoted, ", "))
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(cfgPath, []byte(config), 0o644))
-	logPath := filepath.Join(dir, "prometheus.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	addr := lockdtest.FreeAddr(t)
-	cmd := exec.Command(bin,
-		"--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-	)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start(), "start %s", bin)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-	})
-	promLog := func() string {
-		b, _ := os.ReadFile(logPath)
-		return string(b)
-	}
-	url := "http://" + addr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Prometheus did not come up at %s within 20s (last error %v); its log:\n%s", url, err, promLog())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // serveMetrics serves reg at http://<addr>/metrics on a free loopback port,
 // as lockd's --metrics-listen does, and returns addr.
@@ -179,7 +111,7 @@ func TestCostAndRegisterAgainstRealPrometheus(t *testing.T) {
 	regB := prometheus.NewRegistry()
 	lockdtest.Start(t, lockdtest.Options{Backend: a.Backend, Registry: regB})
 
-	promURL := startPrometheus(t, serveMetrics(t, regA), serveMetrics(t, regB))
+	promURL := testserver.StartPrometheus(t, serveMetrics(t, regA), serveMetrics(t, regB))
 	prom, err := cost.NewPrometheus(promURL)
 	require.NoError(t, err)
 	eventually(t, 15*time.Second, "Prometheus reports the sessions of namespace t", func() (bool, string) {

@@ -123,6 +123,10 @@ func TestRunEmbeddedDevPKI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(body), "lockd_sealed")
 	require.Contains(t, string(body), "go_goroutines")
+	// The embedded etcd's own metrics, for deploy/grafana/etcd-health.json.
+	require.Contains(t, string(body), "etcd_server_has_leader")
+	require.Contains(t, string(body), "etcd_disk_wal_fsync_duration_seconds_bucket")
+	require.Equal(t, 1, strings.Count(string(body), "# TYPE go_goroutines "), "one Go collector, not lockd's and the default registry's")
 
 	// Dev PKI files and lockctl.yaml with absolute paths.
 	pki := filepath.Join(dataDir, "pki")
