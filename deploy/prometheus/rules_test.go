@@ -34,15 +34,6 @@ const (
 // testFiles are promtool's unit tests of rulesFile.
 var testFiles = []string{"lockd-alerts_test.yaml", "lockd-alerts_long_test.yaml"}
 
-// metricSources declare every lockd_ metric.
-var metricSources = []string{"../../internal/arbiter/metrics.go", "../../internal/audit/metrics.go"}
-
-// notGathered are the families TestRulesNameRealSeries cannot make appear
-// cheaply, and why; their names and labels are read from metricSources.
-var notGathered = map[string]string{
-	"lockd_audit_gaps_total": "a gap needs etcd to compact revisions before the tailer reads them",
-}
-
 // promLabels are the labels Prometheus adds to every scraped series.
 var promLabels = []string{"instance", "job"}
 
