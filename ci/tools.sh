@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start for real, once per machine:
 #   - Debian packages: iproute2, postgresql, redis-server, prometheus,
-#     clickhouse-server and clickhouse-client
+#     prometheus-alertmanager (amtool), clickhouse-server and clickhouse-client
 #   - Gitea v1.26.0 built from the Go module proxy into $LOCKD_TOOLS/bin/gitea
 #     (about 12 minutes cold, cached after that; the tests find it there)
 #   - MinIO (latest) built with go install into $LOCKD_TOOLS/bin/minio
@@ -17,6 +17,7 @@ apt_packages() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   command -v redis-server >/dev/null || need+=(redis-server)
   command -v prometheus >/dev/null || need+=(prometheus)
+  command -v amtool >/dev/null || need+=(prometheus-alertmanager)
   command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server clickhouse-client)
   if [ ${#need[@]} -gt 0 ]; then
     echo "apt: installing ${need[*]}"
@@ -26,6 +27,7 @@ apt_packages() {
     # services; the tests start their own on free ports.
     if command -v systemctl >/dev/null; then
       systemctl disable --now prometheus >/dev/null 2>&1 || true
+      systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
       systemctl disable --now clickhouse-server >/dev/null 2>&1 || true
     fi
   fi

@@ -53,7 +53,11 @@ func (a *Arbiter) collect(ctx context.Context) error {
 		}
 		a.metrics.Sessions.WithLabelValues(ns).Set(n)
 	}
+	// Expiries are exported at 0 for every namespace from the start, so
+	// increase() sees a namespace's first expiry as a step up.
+	a.metrics.ExpiriesWithoutRelease.WithLabelValues("-")
 	for _, ns := range a.policy.Load().Classes.Namespaces() {
+		a.metrics.ExpiriesWithoutRelease.WithLabelValues(ns)
 		resp, err := a.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return storeErr(ctx, err)

@@ -17,29 +17,31 @@ import (
 // W=64 rate is lockd's highest grant rate, so the most history per second.
 const auditScenario = "uncontended-w64"
 
-// abbaPass is one pass of an off/on comparison: the rig (Dir, Mode, Exe,
-// Lockd and Identities are filled in) and, optionally, work that runs
-// alongside the measurement until it ends.
+// abbaPass is one pass of a comparison: the rig (Dir, Mode, Exe, Lockd
+// and Identities are filled in) and, optionally, work that runs alongside
+// the measurement until it ends.
 type abbaPass struct {
 	rig    rig.Config
 	during func(ctx context.Context, r *rig.Rig)
 }
 
-// abba measures lockd alone in scenario sc four times, off, on, on, off,
-// each pass half of o.Duration on a fresh embedded lockd that setup
-// configures, and merges the two passes of each side: one run, so both
-// sides see the same machine.
-func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, setup func(on bool) abbaPass) (off, on *result.System, err error) {
+// abba measures lockd alone in scenario sc on each side, in the order of
+// sides and then back (off, on, on, off for two sides: ABBA), each pass
+// half of o.Duration on a fresh embedded lockd that setup configures, and
+// merges each side's two passes: one run, so every side sees the same
+// machine.
+func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, sides []string, setup func(side string) abbaPass) (map[string]*result.System, error) {
 	half := o.Duration / 2
-	var offs, ons []measured
-	for i, isOn := range []bool{false, true, true, false} {
-		mode := map[bool]string{false: "off", true: "on"}[isOn]
-		p := setup(isOn)
-		p.rig.Dir = filepath.Join(o.Out, name, fmt.Sprintf("%d-%s", i, mode))
+	order := append(slices.Clone(sides), sides...)
+	slices.Reverse(order[len(sides):])
+	passes := map[string][]measured{}
+	for i, side := range order {
+		p := setup(side)
+		p.rig.Dir = filepath.Join(o.Out, name, fmt.Sprintf("%d-%s", i, side))
 		p.rig.Mode, p.rig.Exe, p.rig.Lockd, p.rig.Identities = rig.Embedded, exe, lockd, 64
 		r, err := rig.Start(ctx, p.rig)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		var wg sync.WaitGroup
 		sctx, stop := context.WithCancel(ctx)
@@ -51,14 +53,14 @@ func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, 
 		stop()
 		wg.Wait()
 		r.Close()
-		if isOn {
-			ons = append(ons, m)
-		} else {
-			offs = append(offs, m)
-		}
-		logf(o.Log, "%s %s: %s", name, mode, p.rig.Dir)
+		passes[side] = append(passes[side], m)
+		logf(o.Log, "%s %s: %s", name, side, p.rig.Dir)
 	}
-	return merge(result.Lockd, offs), merge(result.Lockd, ons), nil
+	out := map[string]*result.System{}
+	for side, ms := range passes {
+		out[side] = merge(result.Lockd, ms)
+	}
+	return out, nil
 }
 
 // auditCompare measures lockd with the audit tailer off and on (abba) and
@@ -70,21 +72,21 @@ func auditCompare(ctx context.Context, o Options, exe, lockd string) (*result.Au
 	}
 	var mu sync.Mutex
 	var lags []time.Duration
-	off, on, err := abba(ctx, o, exe, lockd, "audit", sc, func(isOn bool) abbaPass {
-		if !isOn {
+	got, err := abba(ctx, o, exe, lockd, "audit", sc, []string{"off", "on"}, func(side string) abbaPass {
+		if side == "off" {
 			return abbaPass{rig: rig.Config{Audit: "off"}}
 		}
 		return abbaPass{rig: rig.Config{Audit: "on"}, during: func(ctx context.Context, r *rig.Rig) {
-			got := sampleLag(ctx, r.Lockd.Metrics)
+			sampled := sampleLag(ctx, r.Lockd.Metrics)
 			mu.Lock()
 			defer mu.Unlock()
-			lags = append(lags, got...)
+			lags = append(lags, sampled...)
 		}}
 	})
 	if err != nil {
 		return nil, err
 	}
-	a := &result.Audit{Scenario: auditScenario, OffGrantsPerSec: off.GrantsPerSec, OnGrantsPerSec: on.GrantsPerSec, Samples: len(lags)}
+	a := &result.Audit{Scenario: auditScenario, OffGrantsPerSec: got["off"].GrantsPerSec, OnGrantsPerSec: got["on"].GrantsPerSec, Samples: len(lags)}
 	if a.OffGrantsPerSec > 0 {
 		a.Ratio = a.OnGrantsPerSec / a.OffGrantsPerSec
 	}

@@ -52,47 +52,74 @@ func startSink() (*otlpSink, error) {
 	return s, nil
 }
 
-// tracingCompare measures lockd and its Go clients with tracing off and on
-// (abba, the audit tailer off in both): on, lockd exports over OTLP as
-// configured by OTEL_* (every span sampled, the default) and the load
-// generator's clients export with their own provider, both to one sink.
+// sampledRatio is the sampling ratio of the comparison's sampled side: a
+// tenth of new traces, the rest following their parent.
+const sampledRatio = 0.1
+
+// tracingCompare measures lockd and its Go clients with tracing off, on
+// with one trace in ten sampled (parentbased_traceidratio 0.1) and on with
+// every trace sampled, in one run (off, 10 %, all, all, 10 %, off; the
+// audit tailer off throughout). On, lockd exports over OTLP as configured
+// by OTEL_* and the load generator's clients with their own provider, both
+// to a sink of the side's own.
 func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.Tracing, error) {
 	sc, err := scenarioNamed(tracingScenario)
 	if err != nil {
 		return nil, err
 	}
-	sink, err := startSink()
-	if err != nil {
-		return nil, err
+	type side struct {
+		sink *otlpSink
+		tp   *sdktrace.TracerProvider
+		env  []string
 	}
-	defer sink.g.Stop()
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(sink.addr), otlptracegrpc.WithInsecure())
-	if err != nil {
-		return nil, err
+	sides := map[string]*side{}
+	for name, sampler := range map[string]sdktrace.Sampler{
+		"sampled": sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sampledRatio)),
+		"all":     sdktrace.ParentBased(sdktrace.AlwaysSample()),
+	} {
+		sink, err := startSink()
+		if err != nil {
+			return nil, err
+		}
+		defer sink.g.Stop()
+		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(sink.addr), otlptracegrpc.WithInsecure())
+		if err != nil {
+			return nil, err
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr, "OTEL_EXPORTER_OTLP_INSECURE=true"}
+		if name == "sampled" {
+			env = append(env, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", fmt.Sprintf("OTEL_TRACES_SAMPLER_ARG=%g", sampledRatio))
+		}
+		sides[name] = &side{sink: sink, tp: tp, env: env}
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	off, on, err := abba(ctx, o, exe, lockd, "tracing", sc, func(isOn bool) abbaPass {
-		if !isOn {
+	got, err := abba(ctx, o, exe, lockd, "tracing", sc, []string{"off", "sampled", "all"}, func(name string) abbaPass {
+		s := sides[name]
+		if s == nil {
 			return abbaPass{rig: rig.Config{Audit: "off"}}
 		}
-		return abbaPass{rig: rig.Config{Audit: "off",
-			Env:           []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr, "OTEL_EXPORTER_OTLP_INSECURE=true"},
-			ClientOptions: []client.Option{client.WithTracerProvider(tp)}}}
+		return abbaPass{rig: rig.Config{Audit: "off", Env: s.env, ClientOptions: []client.Option{client.WithTracerProvider(s.tp)}}}
 	})
 	if err != nil {
 		return nil, err
 	}
-	_ = tp.ForceFlush(ctx)
-	t := &result.Tracing{Scenario: tracingScenario, OffGrantsPerSec: off.GrantsPerSec, OnGrantsPerSec: on.GrantsPerSec,
-		OffP99: off.P99, OnP99: on.P99, SpansExported: sink.spans.Load()}
+	for _, s := range sides {
+		_ = s.tp.ForceFlush(ctx)
+	}
+	off, sampled, all := got["off"], got["sampled"], got["all"]
+	t := &result.Tracing{Scenario: tracingScenario, SampledRatio: sampledRatio,
+		OffGrantsPerSec: off.GrantsPerSec, SampledGrantsPerSec: sampled.GrantsPerSec, AllGrantsPerSec: all.GrantsPerSec,
+		OffP99: off.P99, SampledP99: sampled.P99, AllP99: all.P99,
+		SampledSpans: sides["sampled"].sink.spans.Load(), AllSpans: sides["all"].sink.spans.Load()}
 	if t.OffGrantsPerSec > 0 {
-		t.Ratio = t.OnGrantsPerSec / t.OffGrantsPerSec
+		t.SampledRatioOfOff = t.SampledGrantsPerSec / t.OffGrantsPerSec
+		t.AllRatioOfOff = t.AllGrantsPerSec / t.OffGrantsPerSec
 	}
-	if t.SpansExported == 0 {
-		return nil, fmt.Errorf("bench: tracing on exported no spans to the sink at %s: the comparison measured nothing", sink.addr)
+	if t.AllSpans == 0 {
+		return nil, fmt.Errorf("bench: tracing on exported no spans: the comparison measured nothing")
 	}
-	logf(o.Log, "tracing: lockd %s %.0f grants/s with tracing off, %.0f on (%.2fx); p99 %s off, %s on; %d spans exported",
-		tracingScenario, t.OffGrantsPerSec, t.OnGrantsPerSec, t.Ratio, t.OffP99, t.OnP99, t.SpansExported)
+	logf(o.Log, "tracing: lockd %s %.0f grants/s with tracing off, %.0f with %g of traces sampled (%.2fx), %.0f with all (%.2fx); %d and %d spans exported",
+		tracingScenario, t.OffGrantsPerSec, t.SampledGrantsPerSec, sampledRatio, t.SampledRatioOfOff, t.AllGrantsPerSec, t.AllRatioOfOff, t.SampledSpans, t.AllSpans)
 	return t, nil
 }

@@ -63,7 +63,7 @@ func Table(w io.Writer, run *result.Run) {
 		}
 	}
 	if t := run.Tracing; t != nil {
-		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, ABBA off/on/on/off)\n", t.Scenario)
+		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off)\n", t.Scenario)
 		for _, row := range tracingRows(t) {
 			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 		}
@@ -83,12 +83,13 @@ func auditRows(a *result.Audit) [][2]string {
 }
 
 func tracingRows(t *result.Tracing) [][2]string {
+	pct := fmt.Sprintf("%g %%", t.SampledRatio*100)
 	return [][2]string{
 		{"grants/s, tracing off", rate(t.OffGrantsPerSec)},
-		{"grants/s, tracing on", rate(t.OnGrantsPerSec)},
-		{"on/off", fmt.Sprintf("%.2fx", t.Ratio)},
-		{"p99, off / on", latency(t.OffP99) + " / " + latency(t.OnP99)},
-		{"spans exported", strconv.FormatInt(t.SpansExported, 10)},
+		{"grants/s, " + pct + " of traces sampled", fmt.Sprintf("%s (%.2fx)", rate(t.SampledGrantsPerSec), t.SampledRatioOfOff)},
+		{"grants/s, every trace sampled", fmt.Sprintf("%s (%.2fx)", rate(t.AllGrantsPerSec), t.AllRatioOfOff)},
+		{"p99, off / " + pct + " / all", latency(t.OffP99) + " / " + latency(t.SampledP99) + " / " + latency(t.AllP99)},
+		{"spans exported, " + pct + " / all", fmt.Sprintf("%d / %d", t.SampledSpans, t.AllSpans)},
 	}
 }
 
@@ -133,7 +134,7 @@ func Markdown(w io.Writer, run *result.Run) {
 		mdRows(w, fmt.Sprintf("Audit tailer (%s, lockd alone, ABBA off/on/on/off)", a.Scenario), auditRows(a))
 	}
 	if t := run.Tracing; t != nil {
-		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, ABBA off/on/on/off)", t.Scenario), tracingRows(t))
+		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off)", t.Scenario), tracingRows(t))
 	}
 }
 

@@ -120,20 +120,26 @@ type Renewal struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Tracing is lockd with tracing off and on, in one run (ABBA: off, on, on,
-// off, each pass on a fresh lockd).
+// Tracing is lockd with tracing off, on with a share of traces sampled,
+// and on with every trace sampled, in one run (off, sampled, all, all,
+// sampled, off; each pass on a fresh lockd). On means lockd and the load
+// generator's clients, exporting over OTLP.
 type Tracing struct {
-	Scenario string `json:"scenario"`
-	// OffGrantsPerSec and OnGrantsPerSec are lockd's throughput without and
-	// with tracing (lockd and the load generator's clients, every span
-	// exported over OTLP); Ratio is on/off.
-	OffGrantsPerSec float64       `json:"offGrantsPerSec"`
-	OnGrantsPerSec  float64       `json:"onGrantsPerSec"`
-	Ratio           float64       `json:"ratio"`
-	OffP99          time.Duration `json:"offP99"`
-	OnP99           time.Duration `json:"onP99"`
-	// SpansExported counts the spans the sink received.
-	SpansExported int64 `json:"spansExported"`
+	Scenario     string  `json:"scenario"`
+	SampledRatio float64 `json:"sampledRatio"`
+	// Grants/s and p99 of each side; the ratios are each side's grants/s
+	// over the off side's.
+	OffGrantsPerSec     float64       `json:"offGrantsPerSec"`
+	SampledGrantsPerSec float64       `json:"sampledGrantsPerSec"`
+	AllGrantsPerSec     float64       `json:"allGrantsPerSec"`
+	SampledRatioOfOff   float64       `json:"sampledRatioOfOff"`
+	AllRatioOfOff       float64       `json:"allRatioOfOff"`
+	OffP99              time.Duration `json:"offP99"`
+	SampledP99          time.Duration `json:"sampledP99"`
+	AllP99              time.Duration `json:"allP99"`
+	// SampledSpans and AllSpans count the spans each side's sink received.
+	SampledSpans int64 `json:"sampledSpans"`
+	AllSpans     int64 `json:"allSpans"`
 }
 
 // Audit is lockd with its audit tailer off and on, in one run (ABBA: off,
