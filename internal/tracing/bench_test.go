@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -19,20 +18,27 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-var _ = tracetest.NewNoopExporter
-
 // BenchmarkAcquireRelease is one Acquire and Release through the Go client
-// and lockd (embedded etcd), with tracing off and on (every span recorded
-// and batched, then dropped: the SDK's and otelgrpc's cost, without
-// encoding or sending). The release gate of the 5 % target is ci/bench's
-// tracing comparison; this is for profiles.
+// and lockd (embedded etcd, one process), with tracing off, one trace in
+// ten sampled, and every trace sampled (spans recorded and batched, then
+// dropped: the SDK's and otelgrpc's cost without encoding or sending). The
+// figure for the cost target is ci/bench's tracing comparison, with lockd
+// in its own process and OTLP export; this one is for profiles.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("tracing=%v", on), func(b *testing.B) {
+	for _, side := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{
+		{"off", nil},
+		{"sampled-10pct", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))},
+		{"all", sdktrace.ParentBased(sdktrace.AlwaysSample())},
+	} {
+		sampler := side.sampler
+		b.Run(side.name, func(b *testing.B) {
 			o := lockdtest.Options{}
 			var opts []client.Option
-			if on {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+			if sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(sampler))
 				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 				o.TracerProvider = tp
 				opts = append(opts, client.WithTracerProvider(tp))

@@ -147,3 +147,33 @@ func TestProbesAreNotTraced(t *testing.T) {
 		t.Errorf("a lock.v1 call was not traced: %v", names)
 	}
 }
+
+// TestLockdFollowsTheCallersSamplingDecision: lockd records a call whose
+// caller sampled it, not one whose caller decided against it (whatever
+// lockd's own sampler would say for a root), and a call with no trace
+// context goes to lockd's sampler.
+func TestLockdFollowsTheCallersSamplingDecision(t *testing.T) {
+	env, exp, _ := tracedEnv(t, lockdtest.Options{}) // lockd samples every root
+	never := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	c := env.Client(t, lockdtest.Alice, client.WithTracerProvider(never))
+	exp.Reset()
+	l, err := c.Acquire(t.Context(), "t/trace/unsampled", "std", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range exp.GetSpans() {
+		if s.Name == "lock.v1.LockService/Acquire" || s.Name == "etcdserverpb.KV/Txn" {
+			t.Errorf("lockd recorded %s (%s) of a caller that did not sample it", s.Name, s.SpanKind)
+		}
+	}
+	if err := l.Release(t.Context()); err != nil { // the release carries no trace context
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range exp.GetSpans() {
+		found = found || (s.Name == "lock.v1.LockService/Release" && s.SpanKind == trace.SpanKindServer && !s.Parent.IsValid())
+	}
+	if !found {
+		t.Error("a call with no trace context was not recorded by lockd's own sampler")
+	}
+}

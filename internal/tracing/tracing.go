@@ -50,8 +50,8 @@ const (
 )
 
 // Propagator is the context propagation lockd and its client use: W3C trace
-// context (and baggage) in gRPC metadata.
-var Propagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+// context in gRPC metadata (lockd reads no baggage).
+var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
 // Enabled reports whether the environment asks for traces: an OTLP endpoint
 // (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) or
@@ -139,7 +139,7 @@ func orNoop(tp trace.TracerProvider) trace.TracerProvider {
 // of the status the call answered with.
 func ServerOptions(tp trace.TracerProvider, reason func(error) string) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(orNoop(tp)), otelgrpc.WithPropagators(Propagator),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(followCaller{orNoop(tp)}), otelgrpc.WithPropagators(Propagator),
 			otelgrpc.WithFilter(notProbe))),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			resp, err := h(ctx, req)
@@ -181,17 +181,41 @@ func markOutcome(span trace.Span, err error, reason string) string {
 }
 
 // ClientHandler is the stats handler for a gRPC client (lockd's etcd
-// client, the Go client): a span per call made inside a traced operation.
+// client, the Go client): a span per call made inside a sampled operation.
 // Calls made outside one (background keepalives, watches, the epoch
 // refresh) start no trace of their own: they would be one long or frequent
-// root span each and say nothing about any request.
+// root span each and say nothing about any request. A call inside an
+// operation that was not sampled carries that operation's trace context
+// on, and records nothing.
 func ClientHandler(tp trace.TracerProvider) grpc.DialOption {
 	return grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 		otelgrpc.WithTracerProvider(childrenOnly{orNoop(tp)}), otelgrpc.WithPropagators(Propagator)))
 }
 
-// childrenOnly is a tracer provider whose spans exist only under a parent
-// span already in the context.
+// followCaller is a tracer provider that follows the caller's sampling
+// decision without asking the SDK: under a parent that was not sampled it
+// hands back that parent (non-recording, its context carried on), as a
+// parent-based sampler would decide, without generating IDs for a span that
+// records nothing. Calls without a parent go to tp's sampler.
+type followCaller struct{ trace.TracerProvider }
+
+func (p followCaller) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return followTracer{Tracer: p.TracerProvider.Tracer(name, opts...)}
+}
+
+type followTracer struct{ trace.Tracer }
+
+func (t followTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsSampled() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return t.Tracer.Start(ctx, name, opts...)
+}
+
+// childrenOnly is a tracer provider whose spans exist only under a sampled
+// parent span already in the context. Under an unsampled parent it hands
+// back the parent, as a parent-based sampler would decide the same and the
+// SDK's work for a span that records nothing is saved.
 type childrenOnly struct{ trace.TracerProvider }
 
 func (p childrenOnly) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
@@ -201,7 +225,7 @@ func (p childrenOnly) Tracer(name string, opts ...trace.TracerOption) trace.Trac
 type childTracer struct{ trace.Tracer }
 
 func (t childTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if sc := trace.SpanContextFromContext(ctx); !sc.IsValid() || !sc.IsSampled() {
 		return ctx, trace.SpanFromContext(ctx) // the non-recording span of ctx
 	}
 	return t.Tracer.Start(ctx, name, opts...)

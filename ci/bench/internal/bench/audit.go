@@ -25,15 +25,20 @@ type abbaPass struct {
 	during func(ctx context.Context, r *rig.Rig)
 }
 
-// abba measures lockd alone in scenario sc on each side, in the order of
-// sides and then back (off, on, on, off for two sides: ABBA), each pass
-// half of o.Duration on a fresh embedded lockd that setup configures, and
-// merges each side's two passes: one run, so every side sees the same
-// machine.
-func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, sides []string, setup func(side string) abbaPass) (map[string]*result.System, error) {
-	half := o.Duration / 2
-	order := append(slices.Clone(sides), sides...)
-	slices.Reverse(order[len(sides):])
+// abba measures lockd alone in scenario sc on each side, rounds times in
+// the order of sides and then back (off, on, on, off for two sides: ABBA),
+// each pass on a fresh embedded lockd that setup configures, and merges
+// each side's passes: one run, so every side sees the same machine, and
+// drift over the run falls on every side alike. Each side runs
+// o.Duration in all.
+func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, sides []string, rounds int, setup func(side string) abbaPass) (map[string]*result.System, error) {
+	half := o.Duration / time.Duration(2*rounds)
+	var order []string
+	for range rounds {
+		back := slices.Clone(sides)
+		slices.Reverse(back)
+		order = append(append(order, sides...), back...)
+	}
 	passes := map[string][]measured{}
 	for i, side := range order {
 		p := setup(side)
@@ -54,7 +59,7 @@ func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, 
 		wg.Wait()
 		r.Close()
 		passes[side] = append(passes[side], m)
-		logf(o.Log, "%s %s: %s", name, side, p.rig.Dir)
+		logf(o.Log, "%s %s: %.0f grants/s (%s)", name, side, m.sys.GrantsPerSec, p.rig.Dir)
 	}
 	out := map[string]*result.System{}
 	for side, ms := range passes {
@@ -72,7 +77,7 @@ func auditCompare(ctx context.Context, o Options, exe, lockd string) (*result.Au
 	}
 	var mu sync.Mutex
 	var lags []time.Duration
-	got, err := abba(ctx, o, exe, lockd, "audit", sc, []string{"off", "on"}, func(side string) abbaPass {
+	got, err := abba(ctx, o, exe, lockd, "audit", sc, []string{"off", "on"}, 1, func(side string) abbaPass {
 		if side == "off" {
 			return abbaPass{rig: rig.Config{Audit: "off"}}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -52,14 +53,19 @@ func startSink() (*otlpSink, error) {
 	return s, nil
 }
 
+// tracingRounds: the tracing comparison runs its three sides in three
+// rounds of there and back, as the cost it looks for (a few percent) is
+// smaller than the drift of one pass to the next on a shared machine.
+const tracingRounds = 3
+
 // sampledRatio is the sampling ratio of the comparison's sampled side: a
 // tenth of new traces, the rest following their parent.
 const sampledRatio = 0.1
 
 // tracingCompare measures lockd and its Go clients with tracing off, on
 // with one trace in ten sampled (parentbased_traceidratio 0.1) and on with
-// every trace sampled, in one run (off, 10 %, all, all, 10 %, off; the
-// audit tailer off throughout). On, lockd exports over OTLP as configured
+// every trace sampled, in one run (off, 10 %, all, all, 10 %, off, three
+// times; the audit tailer off throughout). On, lockd exports over OTLP as configured
 // by OTEL_* and the load generator's clients with their own provider, both
 // to a sink of the side's own.
 func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.Tracing, error) {
@@ -94,7 +100,9 @@ func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.
 		}
 		sides[name] = &side{sink: sink, tp: tp, env: env}
 	}
-	got, err := abba(ctx, o, exe, lockd, "tracing", sc, []string{"off", "sampled", "all"}, func(name string) abbaPass {
+	// Fewer rounds when passes would be shorter than about 3 s (the smoke run).
+	rounds := min(tracingRounds, max(1, int(o.Duration/(6*time.Second))))
+	got, err := abba(ctx, o, exe, lockd, "tracing", sc, []string{"off", "sampled", "all"}, rounds, func(name string) abbaPass {
 		s := sides[name]
 		if s == nil {
 			return abbaPass{rig: rig.Config{Audit: "off"}}

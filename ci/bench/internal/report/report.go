@@ -63,7 +63,7 @@ func Table(w io.Writer, run *result.Run) {
 		}
 	}
 	if t := run.Tracing; t != nil {
-		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off)\n", t.Scenario)
+		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off ×3)\n", t.Scenario)
 		for _, row := range tracingRows(t) {
 			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 		}
@@ -134,7 +134,7 @@ func Markdown(w io.Writer, run *result.Run) {
 		mdRows(w, fmt.Sprintf("Audit tailer (%s, lockd alone, ABBA off/on/on/off)", a.Scenario), auditRows(a))
 	}
 	if t := run.Tracing; t != nil {
-		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off)", t.Scenario), tracingRows(t))
+		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off ×3)", t.Scenario), tracingRows(t))
 	}
 }
 
