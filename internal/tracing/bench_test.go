@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -43,7 +43,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				o.TracerProvider = tp
 				opts = append(opts, client.WithTracerProvider(tp))
 			} else {
-				opts = append(opts, client.WithTracerProvider(trace.NewNoopTracerProvider()))
+				opts = append(opts, client.WithTracerProvider(noop.NewTracerProvider()))
 			}
 			env := lockdtest.Start(b, o)
 			c := env.Client(b, lockdtest.Alice, opts...)

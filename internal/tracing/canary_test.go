@@ -58,22 +58,22 @@ func spanText(s tracetest.SpanStub) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "span %q kind=%s status=%s %q", s.Name, s.SpanKind, s.Status.Code, s.Status.Description)
 	for _, kv := range s.Attributes {
-		fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+		fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
 	}
 	for _, ev := range s.Events {
 		fmt.Fprintf(&b, " event %q", ev.Name)
 		for _, kv := range ev.Attributes {
-			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
 		}
 	}
 	for _, l := range s.Links {
 		for _, kv := range l.Attributes {
-			fmt.Fprintf(&b, " link %s=%s", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, " link %s=%s", kv.Key, kv.Value.String())
 		}
 	}
 	if s.Resource != nil {
 		for _, kv := range s.Resource.Attributes() {
-			fmt.Fprintf(&b, " resource %s=%s", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, " resource %s=%s", kv.Key, kv.Value.String())
 		}
 	}
 	return b.String()
