@@ -20,7 +20,11 @@ const deployDir = "../../deploy"
 // notManifests are the YAML files under deploy/ that are not Kubernetes
 // manifests, and what they are instead. Each has its own check.
 var notManifests = map[string]string{
-	"otel-collector.yaml": "an OpenTelemetry Collector config, checked by deploy/otelcol-check",
+	"otel-collector.yaml":                    "an OpenTelemetry Collector config, checked by deploy/otelcol-check",
+	"prometheus/lockd-alerts.yaml":           "Prometheus alert rules, checked by deploy/prometheus (promtool)",
+	"prometheus/lockd-alerts_test.yaml":      "promtool unit tests of the alert rules",
+	"prometheus/lockd-alerts_long_test.yaml": "promtool unit tests of the alert rules (day-long cases)",
+	"prometheus/alertmanager.yaml":           "an example Alertmanager config, checked by deploy/prometheus (amtool)",
 }
 
 // specFields are the spec fields internal/class reads, by kind: the json tags of

@@ -30,6 +30,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -214,6 +215,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if cfg.TracerProvider != nil {
 		gopts = append(gopts, tracing.ServerOptions(cfg.TracerProvider, client.Reason)...)
+		// The exporter's failures (a collector down) go to lockd's log, not
+		// to stderr in the SDK's own format. They never affect a call.
+		tlog := logger.With("component", "tracing")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			tlog.Warn("tracing: spans not exported (they are dropped; calls are not affected)", "err", err)
+		}))
 	}
 	d.g = grpc.NewServer(gopts...)
 	d.svc = server.New(d.arb, identity.Extractor{Insecure: cfg.InsecureLoopback}, logger.With("component", "server"))
