@@ -278,11 +278,11 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		if !a.log.Enabled(ctx, slog.LevelDebug) {
 			return
 		}
-		if err == nil {
-			a.log.Debug("granted", "key", req.Key, "class", ns+"/"+clsName, "caller", req.Caller.String(), "session", req.Session, "waited", d)
-		} else {
-			a.log.Debug("acquire refused", "key", req.Key, "class", ns+"/"+clsName, "caller", req.Caller.String(), "session", req.Session, "waited", d, "err", err)
+		msg, args := "granted", []any{"key", req.Key, "class", ns + "/" + clsName, "caller", req.Caller.String(), "session", req.Session, "waited", d}
+		if err != nil {
+			msg, args = "acquire refused", append(args, "err", err)
 		}
+		a.log.Debug(msg, args...)
 	}()
 
 	if err := lockkey.Validate(req.Key); err != nil {

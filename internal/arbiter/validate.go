@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -125,11 +126,14 @@ func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key
 	ns := "-" // a namespace label only once the caller may read the key: labels stay bounded
 	defer func() {
 		a.metrics.observeValidate(ns, c, err)
-		a.log.Debug("token validated", "key", key, "caller", who, "state", c.State.String(), "err", err)
-		span := trace.SpanFromContext(ctx)
-		span.SetAttributes(tracing.AttrNamespace.String(ns))
-		if err == nil {
-			span.SetAttributes(tracing.AttrTokenState.String(c.State.String()))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(tracing.AttrNamespace.String(ns))
+			if err == nil {
+				span.SetAttributes(tracing.AttrTokenState.String(c.State.String()))
+			}
+		}
+		if a.log.Enabled(ctx, slog.LevelDebug) {
+			a.log.Debug("token validated", "key", key, "caller", who, "state", c.State.String(), "err", err)
 		}
 	}()
 	if err := lockkey.Validate(key); err != nil {
