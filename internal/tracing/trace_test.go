@@ -50,7 +50,6 @@ func TestOneAcquireIsOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Release(t.Context())
 
 	spans := exp.GetSpans()
 	var root tracetest.SpanStub
@@ -117,6 +116,28 @@ func TestOneAcquireIsOneTrace(t *testing.T) {
 	if v, _ := attr(root, tracing.AttrNamespace); v.AsString() != "t" {
 		t.Errorf("client span namespace = %q", v.AsString())
 	}
+
+	// The release is a trace of its own: the client's Release span, its
+	// RPC, lockd's server span.
+	exp.Reset()
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[trace.SpanID]string{}
+	parents := map[string]trace.SpanID{}
+	for _, s := range exp.GetSpans() {
+		name := s.SpanKind.String() + ":" + s.Name
+		kinds[s.SpanContext.SpanID()] = name
+		parents[name] = s.Parent.SpanID()
+	}
+	for child, parent := range map[string]string{
+		"server:lock.v1.LockService/Release": "client:lock.v1.LockService/Release",
+		"client:lock.v1.LockService/Release": "internal:lockd.client/Release",
+	} {
+		if got := kinds[parents[child]]; got != parent {
+			t.Errorf("the parent of %s is %q, want %s", child, got, parent)
+		}
+	}
 }
 
 // TestProbesAreNotTraced: a health check every few seconds must not be a
@@ -161,17 +182,21 @@ func TestLockdFollowsTheCallersSamplingDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := l.Release(t.Context()); err != nil { // under the client's unsampled Release span
+		t.Fatal(err)
+	}
 	for _, s := range exp.GetSpans() {
-		if s.Name == "lock.v1.LockService/Acquire" || s.Name == "etcdserverpb.KV/Txn" {
+		if s.Name == "lock.v1.LockService/Acquire" || s.Name == "lock.v1.LockService/Release" || s.Name == "etcdserverpb.KV/Txn" {
 			t.Errorf("lockd recorded %s (%s) of a caller that did not sample it", s.Name, s.SpanKind)
 		}
 	}
-	if err := l.Release(t.Context()); err != nil { // the release carries no trace context
+	lc, _ := env.Raw(t, lockdtest.Alice) // a caller that sends no trace context
+	if _, err := lc.ListClasses(t.Context(), &lockv1.ListClassesRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, s := range exp.GetSpans() {
-		found = found || (s.Name == "lock.v1.LockService/Release" && s.SpanKind == trace.SpanKindServer && !s.Parent.IsValid())
+		found = found || (s.Name == "lock.v1.LockService/ListClasses" && s.SpanKind == trace.SpanKindServer && !s.Parent.IsValid())
 	}
 	if !found {
 		t.Error("a call with no trace context was not recorded by lockd's own sampler")

@@ -122,9 +122,10 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // WithTracerProvider traces the client's calls with tp instead of the
 // global OpenTelemetry provider (otel.GetTracerProvider, which records
 // nothing unless the program sets one). Each Acquire is a span, with the
-// RPCs it makes as children, and lockd continues the trace. Spans carry the
-// key's namespace, the class, the wait and the outcome's reason: never the
-// key or a token. Background calls (keepalives, resolving an unknown
+// RPCs it makes as children, and so is the final Release of a hold; lockd
+// continues the trace, sampled or not as the client decided. Spans carry
+// the key's namespace, the class, the wait and the outcome's reason: never
+// the key or a token. Background calls (keepalives, resolving an unknown
 // outcome) start no trace.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) error { o.tp = tp; return nil }

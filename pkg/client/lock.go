@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockd-dev/lockd/internal/tracing"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -149,9 +152,18 @@ func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
 	h.state, h.changed = settling, make(chan struct{})
 	s.mu.Unlock()
 
-	// The first attempt runs here, bounded by ctx; lockd's definite answer
-	// settles the hold. Otherwise (ctx ended, lockd unreachable) the client
-	// resolves it in the background with its own context.
+	ctx, span := s.c.tracer.Start(ctx, "lockd.client/Release", trace.WithAttributes(
+		tracing.Namespace(h.key), tracing.AttrClass.String(h.class)))
+	held, err := s.releaseLast(ctx, h)
+	tracing.End(span, err, Reason(err))
+	return held, err
+}
+
+// releaseLast releases h at lockd for its last Lock. The first attempt
+// runs here, bounded by ctx; lockd's definite answer settles the hold.
+// Otherwise (ctx ended, lockd unreachable) the client resolves it in the
+// background with its own context.
+func (s *session) releaseLast(ctx context.Context, h *hold) (bool, error) {
 	if held, ok, err := s.releaseOnce(ctx, h.key, h.token.GetValue()); ok {
 		s.settle(h)
 		return held, err
