@@ -30,8 +30,9 @@ type abbaPass struct {
 // each pass on a fresh embedded lockd that setup configures, and merges
 // each side's passes: one run, so every side sees the same machine, and
 // drift over the run falls on every side alike. Each side runs
-// o.Duration in all.
-func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, sides []string, rounds int, setup func(side string) abbaPass) (map[string]*result.System, error) {
+// o.Duration in all. It returns each side's passes merged, and each side's
+// passes in the order they ran (two per round).
+func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, sides []string, rounds int, setup func(side string) abbaPass) (map[string]*result.System, map[string][]*result.System, error) {
 	half := o.Duration / time.Duration(2*rounds)
 	var order []string
 	for range rounds {
@@ -44,9 +45,17 @@ func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, 
 		p := setup(side)
 		p.rig.Dir = filepath.Join(o.Out, name, fmt.Sprintf("%d-%s", i, side))
 		p.rig.Mode, p.rig.Exe, p.rig.Lockd, p.rig.Identities = rig.Embedded, exe, lockd, 64
+		// With --profile, each side's first pass is profiled: lockd's CPU
+		// and allocations, and the load generator's CPU.
+		profiled := o.Profile && len(passes[side]) == 0
+		p.rig.Pprof = profiled
 		r, err := rig.Start(ctx, p.rig)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		var stopProf func() []string
+		if profiled {
+			stopProf = profileBoth(r, filepath.Join(o.Out, name+"-"+side), half)
 		}
 		var wg sync.WaitGroup
 		sctx, stop := context.WithCancel(ctx)
@@ -55,17 +64,23 @@ func abba(ctx context.Context, o Options, exe, lockd, name string, sc scenario, 
 			go func() { defer wg.Done(); p.during(sctx, r) }()
 		}
 		m := measure(ctx, half, r, sc, result.Lockd, "", "")
+		if stopProf != nil {
+			logf(o.Log, "%s %s: profiles %v", name, side, stopProf())
+		}
 		stop()
 		wg.Wait()
 		r.Close()
 		passes[side] = append(passes[side], m)
 		logf(o.Log, "%s %s: %.0f grants/s (%s)", name, side, m.sys.GrantsPerSec, p.rig.Dir)
 	}
-	out := map[string]*result.System{}
+	out, each := map[string]*result.System{}, map[string][]*result.System{}
 	for side, ms := range passes {
 		out[side] = merge(result.Lockd, ms)
+		for _, m := range ms {
+			each[side] = append(each[side], m.sys)
+		}
 	}
-	return out, nil
+	return out, each, nil
 }
 
 // auditCompare measures lockd with the audit tailer off and on (abba) and
@@ -77,7 +92,7 @@ func auditCompare(ctx context.Context, o Options, exe, lockd string) (*result.Au
 	}
 	var mu sync.Mutex
 	var lags []time.Duration
-	got, err := abba(ctx, o, exe, lockd, "audit", sc, []string{"off", "on"}, 1, func(side string) abbaPass {
+	got, _, err := abba(ctx, o, exe, lockd, "audit", sc, []string{"off", "on"}, 1, func(side string) abbaPass {
 		if side == "off" {
 			return abbaPass{rig: rig.Config{Audit: "off"}}
 		}

@@ -125,23 +125,13 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 					slices.Reverse(order)
 				}
 				for _, sys := range order {
-					var prof *profiler
-					var clientProf *os.File
+					var stopProf func() []string
 					if pass == 0 && o.Profile && sys == result.Lockd && sc.name == o.ProfileScenario {
-						prof = startProfile(r.Lockd.Metrics, filepath.Join(o.Out, mode+"-"+sc.name+"-lockd"), half)
-						// The load generator's own profile: the client side of lockd.
-						if clientProf, err = os.Create(filepath.Join(o.Out, mode+"-"+sc.name+"-client-cpu.pprof")); err == nil {
-							_ = pprof.StartCPUProfile(clientProf)
-						}
+						stopProf = profileBoth(r, filepath.Join(o.Out, mode+"-"+sc.name), half)
 					}
 					parts[sys] = append(parts[sys], measure(ctx, half, r, sc, sys, redisAddr, redisWhy))
-					if prof != nil {
-						run.Profiles = append(run.Profiles, prof.finish()...)
-					}
-					if clientProf != nil {
-						pprof.StopCPUProfile()
-						_ = clientProf.Close()
-						run.Profiles = append(run.Profiles, clientProf.Name())
+					if stopProf != nil {
+						run.Profiles = append(run.Profiles, stopProf()...)
 					}
 				}
 			}
@@ -351,6 +341,28 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
 	}
 	return measured{sys: out, lat: all}
+}
+
+// profileBoth starts lockd's CPU profile (prefix-lockd-cpu.pprof, then its
+// allocations) and the load generator's own (prefix-client-cpu.pprof, the
+// client side of lockd) for about d; the function it returns waits for
+// them and returns the files written.
+func profileBoth(r *rig.Rig, prefix string, d time.Duration) func() []string {
+	prof := startProfile(r.Lockd.Metrics, prefix+"-lockd", d)
+	clientProf, err := os.Create(prefix + "-client-cpu.pprof")
+	if err == nil && pprof.StartCPUProfile(clientProf) != nil {
+		_ = clientProf.Close()
+		clientProf = nil
+	}
+	return func() []string {
+		paths := prof.finish()
+		if clientProf != nil {
+			pprof.StopCPUProfile()
+			_ = clientProf.Close()
+			paths = append(paths, clientProf.Name())
+		}
+		return paths
+	}
 }
 
 // profiler takes lockd's CPU profile while a run goes on, then its

@@ -63,7 +63,7 @@ func Table(w io.Writer, run *result.Run) {
 		}
 	}
 	if t := run.Tracing; t != nil {
-		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off ×3)\n", t.Scenario)
+		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off ×%d, median of rounds)\n", t.Scenario, t.Rounds)
 		for _, row := range tracingRows(t) {
 			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 		}
@@ -86,11 +86,21 @@ func tracingRows(t *result.Tracing) [][2]string {
 	pct := fmt.Sprintf("%g %%", t.SampledRatio*100)
 	return [][2]string{
 		{"grants/s, tracing off", rate(t.OffGrantsPerSec)},
-		{"grants/s, " + pct + " of traces sampled", fmt.Sprintf("%s (%.2fx)", rate(t.SampledGrantsPerSec), t.SampledRatioOfOff)},
-		{"grants/s, every trace sampled", fmt.Sprintf("%s (%.2fx)", rate(t.AllGrantsPerSec), t.AllRatioOfOff)},
+		{"grants/s, " + pct + " of traces sampled", fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.SampledGrantsPerSec), t.SampledRatioOfOff, roundRatios(t.SampledRounds))},
+		{"grants/s, every trace sampled", fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.AllGrantsPerSec), t.AllRatioOfOff, roundRatios(t.AllRounds))},
 		{"p99, off / " + pct + " / all", latency(t.OffP99) + " / " + latency(t.SampledP99) + " / " + latency(t.AllP99)},
+		{"CPU per grant in lockd, off / " + pct + " / all", latency(t.OffLockdCPUPerGrant) + " / " + latency(t.SampledLockdCPUPerGrant) + " / " + latency(t.AllLockdCPUPerGrant)},
 		{"spans exported, " + pct + " / all", fmt.Sprintf("%d / %d", t.SampledSpans, t.AllSpans)},
 	}
+}
+
+// roundRatios prints each round's ratio, e.g. "0.97 0.95 1.01".
+func roundRatios(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 // Markdown writes the same content as Table as Markdown: a header line,
@@ -134,7 +144,7 @@ func Markdown(w io.Writer, run *result.Run) {
 		mdRows(w, fmt.Sprintf("Audit tailer (%s, lockd alone, ABBA off/on/on/off)", a.Scenario), auditRows(a))
 	}
 	if t := run.Tracing; t != nil {
-		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off ×3)", t.Scenario), tracingRows(t))
+		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off ×%d, median of rounds)", t.Scenario, t.Rounds), tracingRows(t))
 	}
 }
 

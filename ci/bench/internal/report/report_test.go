@@ -80,8 +80,10 @@ func testRun() *result.Run {
 		},
 		Audit: &result.Audit{Scenario: "uncontended-w64", OffGrantsPerSec: 5200, OnGrantsPerSec: 4900, Ratio: 0.94,
 			LagP99: 670 * time.Millisecond, LagMax: 900 * time.Millisecond, Samples: 40},
-		Tracing: &result.Tracing{Scenario: "uncontended-w64", SampledRatio: 0.1,
+		Tracing: &result.Tracing{Scenario: "uncontended-w64", SampledRatio: 0.1, Rounds: 3,
 			OffGrantsPerSec: 5200, SampledGrantsPerSec: 5000, AllGrantsPerSec: 4200, SampledRatioOfOff: 0.96, AllRatioOfOff: 0.81,
+			SampledRounds: []float64{0.95, 0.96, 0.99}, AllRounds: []float64{0.8, 0.81, 0.83},
+			OffLockdCPUPerGrant: 250 * time.Microsecond, SampledLockdCPUPerGrant: 262 * time.Microsecond, AllLockdCPUPerGrant: 301 * time.Microsecond,
 			OffP99: 21 * time.Millisecond, SampledP99: 22 * time.Millisecond, AllP99: 30 * time.Millisecond,
 			SampledSpans: 12345, AllSpans: 123456},
 	}

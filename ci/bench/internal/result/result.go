@@ -127,16 +127,25 @@ type Renewal struct {
 type Tracing struct {
 	Scenario     string  `json:"scenario"`
 	SampledRatio float64 `json:"sampledRatio"`
-	// Grants/s and p99 of each side; the ratios are each side's grants/s
-	// over the off side's.
-	OffGrantsPerSec     float64       `json:"offGrantsPerSec"`
-	SampledGrantsPerSec float64       `json:"sampledGrantsPerSec"`
-	AllGrantsPerSec     float64       `json:"allGrantsPerSec"`
-	SampledRatioOfOff   float64       `json:"sampledRatioOfOff"`
-	AllRatioOfOff       float64       `json:"allRatioOfOff"`
-	OffP99              time.Duration `json:"offP99"`
-	SampledP99          time.Duration `json:"sampledP99"`
-	AllP99              time.Duration `json:"allP99"`
+	// Rounds is how many rounds of there and back ran.
+	Rounds int `json:"rounds"`
+	// Grants/s and p99 of each side (all its passes); the ratios are the
+	// median over the rounds of each side's grants over the off side's in
+	// the same round (SampledRounds, AllRounds).
+	OffGrantsPerSec     float64   `json:"offGrantsPerSec"`
+	SampledGrantsPerSec float64   `json:"sampledGrantsPerSec"`
+	AllGrantsPerSec     float64   `json:"allGrantsPerSec"`
+	SampledRatioOfOff   float64   `json:"sampledRatioOfOff"`
+	AllRatioOfOff       float64   `json:"allRatioOfOff"`
+	SampledRounds       []float64 `json:"sampledRounds"`
+	AllRounds           []float64 `json:"allRounds"`
+	// lockd's CPU time (its embedded etcd's included) per grant, each side.
+	OffLockdCPUPerGrant     time.Duration `json:"offLockdCPUPerGrant"`
+	SampledLockdCPUPerGrant time.Duration `json:"sampledLockdCPUPerGrant"`
+	AllLockdCPUPerGrant     time.Duration `json:"allLockdCPUPerGrant"`
+	OffP99                  time.Duration `json:"offP99"`
+	SampledP99              time.Duration `json:"sampledP99"`
+	AllP99                  time.Duration `json:"allP99"`
 	// SampledSpans and AllSpans count the spans each side's sink received.
 	SampledSpans int64 `json:"sampledSpans"`
 	AllSpans     int64 `json:"allSpans"`
