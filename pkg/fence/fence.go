@@ -36,6 +36,22 @@ import (
 // ErrStale is returned when the resource rejected a write because its fence holds a token >= the one presented.
 var ErrStale = errors.New("fence: rejected: stale token")
 
+// ErrUnprotected is returned when a write presented token 0, the token of
+// a grant lockd made without a quorum (a class with onQuorumLoss: open):
+// such a grant excludes no other holder, so a fence accepts it for no
+// record, not even a new one. It is a rejection: errors.Is(err, ErrStale)
+// is true for it too.
+var ErrUnprotected error = unprotected{}
+
+type unprotected struct{}
+
+func (unprotected) Error() string {
+	return "fence: rejected: token 0 is an unprotected grant (made without quorum), which no fence accepts"
+}
+
+// Is makes ErrUnprotected a kind of ErrStale.
+func (unprotected) Is(target error) bool { return target == ErrStale }
+
 // Resource is a fenced store of string values by key, as the pause-test kit drives it.
 type Resource interface {
 	// Prepare is called when the holder has decided to write (after CanStart); the returned Write performs the write later.

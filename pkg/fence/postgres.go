@@ -23,16 +23,18 @@ const (
 	PostgresSchemaSQL = `CREATE TABLE IF NOT EXISTS %s (
 	id    text PRIMARY KEY,
 	value text NOT NULL,
-	fence numeric(20,0) NOT NULL
+	fence numeric(20,0) NOT NULL CHECK (fence > 0)
 )`
 
 	// PostgresWriteSQL is the fenced write: one statement that inserts a new
 	// record or updates an existing one only if its fence is strictly less
-	// than the token, and sets the fence in the same statement. Zero rows
+	// than the token, and sets the fence in the same statement; token 0 (an
+	// unprotected grant) writes nothing, not even a new record. Zero rows
 	// affected means the fence rejected the write. For a record that always
 	// exists, the same rule is
-	// UPDATE t SET value = $2, fence = $3 WHERE id = $1 AND fence < $3.
-	PostgresWriteSQL = `INSERT INTO %s AS t (id, value, fence) VALUES ($1, $2, $3)
+	// UPDATE t SET value = $2, fence = $3 WHERE id = $1 AND fence < $3
+	// (token 0 is never greater than a fence).
+	PostgresWriteSQL = `INSERT INTO %s AS t (id, value, fence) SELECT $1::text, $2::text, $3::numeric WHERE $3::numeric > 0
 ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, fence = EXCLUDED.fence
 WHERE t.fence < EXCLUDED.fence`
 
@@ -71,8 +73,8 @@ func NewPostgres(pool *pgxpool.Pool, table string) (*Postgres, error) {
 }
 
 // EnsureSchema creates the table (id text primary key, value text not null,
-// fence numeric(20,0) not null) if it does not exist. It does not check the
-// columns of a table that already exists.
+// fence numeric(20,0) not null, above 0) if it does not exist. It does not
+// check the columns of a table that already exists.
 func (p *Postgres) EnsureSchema(ctx context.Context) error {
 	if _, err := p.pool.Exec(ctx, p.sql(PostgresSchemaSQL)); err != nil {
 		return fmt.Errorf("fence: postgres: create table %s: %w", p.table, err)
@@ -83,9 +85,13 @@ func (p *Postgres) EnsureSchema(ctx context.Context) error {
 // Write is the reference fenced write: it stores value for key with token
 // as the record's fence if and only if the record is new or its fence is
 // strictly less than token, in one statement. It returns an error wrapping
-// [ErrStale] when the fence rejected the write; any other error says nothing
-// about whether the write happened (a timeout may hide a commit).
+// [ErrStale] when the fence rejected the write, and [ErrUnprotected] for
+// token 0 without asking the database; any other error says nothing about
+// whether the write happened (a timeout may hide a commit).
 func (p *Postgres) Write(ctx context.Context, key string, token uint64, value string) error {
+	if token == 0 {
+		return fmt.Errorf("fence: postgres: %s record %q: %w", p.table, key, ErrUnprotected)
+	}
 	tag, err := p.pool.Exec(ctx, p.sql(PostgresWriteSQL), key, value, Numeric(token))
 	if err != nil {
 		return fmt.Errorf("fence: postgres: write %s record %q: %w", p.table, key, err)

@@ -32,6 +32,10 @@ var writeCases = []struct {
 	{"lower token stale", []op{{10, "a", true}, {9, "b", false}, {1, "c", false}}},
 	{"same token twice stale", []op{{10, "a", true}, {10, "b", false}, {10, "a", false}}},
 	{"stale after newer holder", []op{{10, "a", true}, {20, "b", true}, {15, "c", false}, {21, "d", true}}},
+	// Token 0 is an unprotected grant (made without quorum): no fence
+	// accepts it, not even for a record that does not exist yet.
+	{"token 0 rejected on a new record", []op{{0, "a", false}, {1, "b", true}}},
+	{"token 0 rejected on an existing record", []op{{1, "a", true}, {0, "b", false}}},
 	{"tokens above 2^63", []op{
 		{1<<63 + 5, "a", true},
 		{1<<63 + 4, "b", false},
@@ -75,6 +79,19 @@ func TestPostgres(t *testing.T) {
 		f, err := p.Fence(ctx, "u64")
 		require.NoError(t, err)
 		require.Equal(t, uint64(1<<63+12345), f)
+	})
+
+	t.Run("the SQL itself writes nothing with token 0", func(t *testing.T) {
+		// For code that copies the statements rather than calling Write.
+		ctx := t.Context()
+		tag, err := pool.Exec(ctx, p.sql(PostgresWriteSQL), "sql0", "v", Numeric(0))
+		require.NoError(t, err)
+		require.Zero(t, tag.RowsAffected(), "token 0 inserted a new record")
+		_, err = pool.Exec(ctx, `INSERT INTO fence_ref (id, value, fence) VALUES ('sql0', 'v', 0)`)
+		require.ErrorContains(t, err, "check constraint", "the schema lets a record carry fence 0")
+		tag, err = pool.Exec(ctx, p.sql(PostgresWriteSQL), "sql0", "v", Numeric(3))
+		require.NoError(t, err)
+		require.EqualValues(t, 1, tag.RowsAffected())
 	})
 
 	t.Run("absent record reads empty", func(t *testing.T) {
@@ -193,6 +210,9 @@ func runWriteCase(t *testing.T, f fenced, key string, ops []op) {
 			wantValue, wantFence = o.value, o.token
 		} else {
 			require.ErrorIs(t, err, ErrStale, "op %d", i)
+			if o.token == 0 {
+				require.ErrorIs(t, err, ErrUnprotected, "op %d", i)
+			}
 			if o.token > 1000 {
 				require.NotContains(t, err.Error(), fmt.Sprint(o.token), "op %d: a token is a capability: not in errors", i)
 			}

@@ -67,7 +67,11 @@ func NewS3(client *minio.Client, bucket string) *S3 {
 // error wrapping [ErrStale] when the fence rejected the write; any other
 // error (including giving up after [S3MaxAttempts] lost races) is not a
 // rejection and says nothing certain about whether the write happened.
+// Token 0 is rejected with [ErrUnprotected] before anything is read.
 func (s *S3) Write(ctx context.Context, key string, token uint64, value string) error {
+	if token == 0 {
+		return fmt.Errorf("fence: s3: %s/%s: %w", s.bucket, key, ErrUnprotected)
+	}
 	body := s3Body(token, value)
 	for attempt := 0; attempt < S3MaxAttempts; attempt++ {
 		st, err := s.stat(ctx, key)
