@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -63,11 +64,56 @@ func (l *Lock) Token() uint64 { return l.token.GetValue() }
 func (l *Lock) Epoch() uint32 { return l.token.GetEpoch() }
 
 // CanStart reports whether a new unit of work may start: false from the
-// first failed keepalive, and once the lock is lost or released.
+// first failed keepalive, and once the lock is lost or released. It is
+// State() == Safe.
 func (l *Lock) CanStart() bool {
+	return l.State() == Safe
+}
+
+// State is where a lock stands as its client sees it, after Chubby's safe,
+// jeopardy and expired.
+type State int
+
+const (
+	// Safe: the last keepalive was answered and the local deadline is
+	// ahead. New work may start (CanStart is true).
+	Safe State = iota + 1
+	// Jeopardy: a keepalive failed or went unanswered, and the lock has
+	// not ended yet. Start nothing new; work in flight may finish before
+	// the local deadline (Deadline, RemainingTTL), and its writes are still
+	// checked by the resource's fence. The lock goes back to Safe when a
+	// keepalive is answered in time, or ends at the deadline (ErrDeadline).
+	Jeopardy
+	// Ended: the lock was lost or released; Err says why and onFence has
+	// run (or is running) for a loss.
+	Ended
+)
+
+func (s State) String() string {
+	switch s {
+	case Safe:
+		return "safe"
+	case Jeopardy:
+		return "jeopardy"
+	case Ended:
+		return "ended"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// State reports whether the lock is Safe, in Jeopardy or Ended. Between
+// the local deadline and the fence timer's run (a moment) a lock is in
+// Jeopardy with Err still nil.
+func (l *Lock) State() State {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	return l.err == nil && l.s.healthyLocked()
+	switch {
+	case l.err != nil:
+		return Ended
+	case l.s.healthyLocked():
+		return Safe
+	}
+	return Jeopardy
 }
 
 // RemainingTTL is the time left before the local deadline; 0 once the lock
