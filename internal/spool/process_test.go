@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/internal/spool"
 )
 
@@ -117,7 +118,7 @@ func startChild(t *testing.T, mode, dir string) (*exec.Cmd, io.ReadCloser, io.Wr
 	if err != nil {
 		t.Fatal(err)
 	}
-	dieWithParent(cmd)
+	childproc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
