@@ -141,20 +141,12 @@ func TestOpenLockedByAnotherProcess(t *testing.T) {
 	if line != "ready\n" {
 		t.Fatalf("child said %q, %v; stderr: %s", line, err, stderr)
 	}
-	s, _, err := spool.Open(dir)
-	if err == nil {
-		s.Close()
-		t.Fatal("Open succeeded while another process holds the spool")
-	}
-	if !errors.Is(err, spool.ErrLocked) || !strings.Contains(err.Error(), dir) {
-		t.Fatalf("Open: %v, want ErrLocked naming %s", err, dir)
-	}
-	t.Logf("Open while the child holds it: %v", err)
+	requireLocked(t, dir, "another process holds the spool")
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v; stderr: %s", err, stderr)
 	}
-	s, _ = open(t, dir)
+	s, _ := open(t, dir)
 	closeSpool(t, s)
 }
 

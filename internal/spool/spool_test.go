@@ -518,21 +518,28 @@ func TestMethodsAfterClose(t *testing.T) {
 	}
 }
 
+// requireLocked fails t unless Open(dir) fails with ErrLocked naming dir;
+// while is what holds the lock, for the messages.
+func requireLocked(t *testing.T, dir, while string) {
+	t.Helper()
+	s, _, err := spool.Open(dir)
+	if err == nil {
+		s.Close()
+		t.Fatalf("Open succeeded: %s", while)
+	}
+	if !errors.Is(err, spool.ErrLocked) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("Open (%s): %v, want ErrLocked naming %s", while, err, dir)
+	}
+	t.Logf("Open (%s): %v", while, err)
+}
+
 // TestSecondOpenIsLocked opens the same directory twice in one process: the
 // second Open has its own open file, and flock refuses it.
 func TestSecondOpenIsLocked(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := open(t, dir)
 	appendSeqs(t, s, 1, 1)
-	s2, _, err := spool.Open(dir)
-	if err == nil {
-		s2.Close()
-		t.Fatal("second Open succeeded while the first is open")
-	}
-	if !errors.Is(err, spool.ErrLocked) || !strings.Contains(err.Error(), dir) {
-		t.Fatalf("second Open: %v, want ErrLocked naming %s", err, dir)
-	}
-	t.Logf("second Open: %v", err)
+	requireLocked(t, dir, "a second Open while the first is open")
 	closeSpool(t, s)
 	s2, rec := open(t, dir)
 	defer closeSpool(t, s2)
