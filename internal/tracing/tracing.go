@@ -148,15 +148,15 @@ func ServerOptions(tp trace.TracerProvider, reason func(error) string) []grpc.Se
 		}),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			resp, err := h(ctx, req)
-			if err != nil {
-				markOutcome(trace.SpanFromContext(ctx), err, reason(err))
+			if span := trace.SpanFromContext(ctx); err != nil && span.IsRecording() {
+				markOutcome(span, err, reason(err))
 			}
 			return resp, err
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			err := h(srv, ss)
-			if err != nil {
-				markOutcome(trace.SpanFromContext(ss.Context()), err, reason(err))
+			if span := trace.SpanFromContext(ss.Context()); err != nil && span.IsRecording() {
+				markOutcome(span, err, reason(err))
 			}
 			return err
 		}),
