@@ -154,6 +154,9 @@ type Arbiter struct {
 	qmu     sync.Mutex
 	queues  map[string]*queue
 	waiters map[string]int // identity -> waiters queued here (qmu)
+	// durableHere counts, per key, the waiters of its durable line this
+	// arbiter serves (qmu).
+	durableHere map[string]int
 
 	sessions   sync.Map // int64 -> *sessionInfo
 	smu        sync.Mutex
@@ -168,7 +171,10 @@ type Arbiter struct {
 	bg     context.Context // ends at Close
 	stop   context.CancelFunc
 	closed chan struct{}
-	wg     sync.WaitGroup
+	// draining is closed by Drain (and Close): waiters stop waiting.
+	draining  chan struct{}
+	drainOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 // New returns an arbiter serving policy. Call Start before serving. An
@@ -201,10 +207,12 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		validate:    validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
 		queues:      map[string]*queue{},
 		waiters:     map[string]int{},
+		durableHere: map[string]int{},
 		sessionsBy:  map[string]int{},
 		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
 		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:      make(chan struct{}),
+		draining:    make(chan struct{}),
 		reloadMu:    make(chanMutex, 1),
 	}
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
@@ -262,6 +270,12 @@ func (a *Arbiter) Start(ctx context.Context) error {
 	return nil
 }
 
+// Drain ends every wait: waiters still queued get ErrUnavailable ("acquire
+// again"), and durable waiters keep their place in line for that. Call it
+// before the gRPC server stops, so waits end with that answer rather than
+// with their calls cancelled (which gives a durable waiter's place up).
+func (a *Arbiter) Drain() { a.drainOnce.Do(func() { close(a.draining) }) }
+
 // Close stops background work. Waiters still queued get ErrUnavailable and
 // every queue watch ends.
 func (a *Arbiter) Close() {
@@ -270,6 +284,7 @@ func (a *Arbiter) Close() {
 		return
 	default:
 	}
+	a.Drain()
 	close(a.closed)
 	a.stop()
 	a.qmu.Lock()

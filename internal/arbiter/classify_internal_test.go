@@ -32,14 +32,14 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess := int64(lease.ID)
-	hk := holdKey("t/race")
+	key := "t/race"
 	val, at := a.encodeHold("spiffe://t/alice", sess, "t/std")
-	first, err := a.tryGrant(t.Context(), hk, val, sess, at)
+	first, err := a.tryGrant(t.Context(), key, val, sess, at, linePos{})
 	if err != nil || !first.granted {
 		t.Fatalf("grant: %+v %v", first, err)
 	}
 	// The retry's transaction runs in epoch 1 and sees the session's hold.
-	retry, err := a.tryGrant(t.Context(), hk, val, sess, at)
+	retry, err := a.tryGrant(t.Context(), key, val, sess, at, linePos{})
 	if err != nil || retry.granted {
 		t.Fatalf("retry: %+v %v", retry, err)
 	}

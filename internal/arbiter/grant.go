@@ -99,36 +99,58 @@ type attempt struct {
 	// grace: refused because the epoch advanced less than the grace
 	// period ago.
 	grace bool
+	// The durable line (see durable.go), when the attempt read it: ahead
+	// is the waiter that keeps this attempt from the key (the head for a
+	// newcomer, the predecessor for a waiter in line; nil when none), and
+	// own is the caller's own waiter key (nil when it has none).
+	ahead, own *mvccpb.KeyValue
 }
 
-// tryGrant runs the grant transaction: compare the hold key absent and the
-// epoch record unchanged; put the hold on the session lease. The token is
-// packed from the epoch compared and the commit revision. A grant whose
-// response comes from a store with another cluster ID is not handed out.
+// linePos is where an attempt stands in the key's durable line: nowhere
+// (a newcomer, qk empty) or at the waiter key qk created at rev.
+type linePos struct {
+	qk  string
+	rev int64
+}
+
+// tryGrant runs the grant transaction: compare the hold key absent, the
+// epoch record unchanged and the key's durable line clear for the caller;
+// put the hold on the session lease. The token is packed from the epoch
+// compared and the commit revision. A grant whose response comes from a
+// store with another cluster ID is not handed out.
+//
+// The durable line is clear for a newcomer (pos.qk empty) when nobody waits
+// in it, and for a waiter in it when its key is still the one created at
+// pos.rev and no waiter key of the key was created before it: the head, by
+// create revision, across every arbiter. Such a grant deletes the waiter's
+// key in the same transaction. Best-effort classes compare the line too, so
+// no grant of any class jumps a durable waiter.
 //
 // The transaction is not cancelled when the caller goes away (only bounded
 // by the request timeout), so the arbiter always learns whether it granted;
 // callers release a grant whose requester has left (releaseIfGone).
-func (a *Arbiter) tryGrant(ctx context.Context, hk, val string, lease int64, at time.Time) (attempt, error) {
+func (a *Arbiter) tryGrant(ctx context.Context, key, val string, lease int64, at time.Time, pos linePos) (attempt, error) {
+	hk := holdKey(key)
+	lineCmps, lineThen, lineReads := lineOps(key, lease, pos)
 	for range 3 {
 		st := a.epoch.Load()
 		if st.sealed {
 			return attempt{}, sealedErr(st)
 		}
 		cctx, cancel := a.txnCtx(ctx)
-		cmps := []clientv3.Cmp{
+		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 			clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0),
-		}
+		}, lineCmps...)
 		if skipAbsenceCompare {
 			cmps = cmps[1:]
 		}
 		start := time.Now()
 		resp, err := a.cli.Txn(cctx).
 			If(cmps...).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(lease)))).
-			Else(holdReads(hk)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
+			Else(append(holdReads(hk), lineReads...)...).
 			Commit()
 		cancel()
 		if err != nil {
@@ -146,12 +168,65 @@ func (a *Arbiter) tryGrant(ctx context.Context, hk, val string, lease int64, at 
 				grant: Grant{Token: tok, Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}}, nil
 		}
 		att, res, err := a.readOutcome(resp, st, start)
-		if err != nil || res == found {
-			return att, err
+		if err != nil || res == epochMoved {
+			if err != nil {
+				return att, err
+			}
+			continue
 		}
+		readLine(&att, resp, pos)
+		if res == found || att.ahead != nil || (pos.qk == "" && att.own != nil) || (pos.qk != "" && !ownAt(att.own, pos.rev)) {
+			return att, nil
+		}
+		// Free and nothing in the way: it was released meanwhile. Again.
 	}
 	return attempt{}, fmt.Errorf("%w: the epoch record kept changing", ErrUnavailable)
 }
+
+// lineOps are the durable line's parts of a grant transaction for the
+// caller at pos (see tryGrant): compares, the ops after the hold's put, and
+// the reads on refusal (who is ahead, and the caller's own waiter key).
+func lineOps(key string, session int64, pos linePos) (cmps []clientv3.Cmp, then, reads []clientv3.Op) {
+	qr := keyspace.QueueRange(key)
+	if pos.qk == "" {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()},
+			nil,
+			[]clientv3.Op{
+				clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+				clientv3.OpGet(keyspace.QueueKey(key, session)),
+			}
+	}
+	return []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(pos.qk), "=", pos.rev),
+			clientv3.Compare(clientv3.CreateRevision(qr), ">", pos.rev-1).WithPrefix(),
+		},
+		[]clientv3.Op{clientv3.OpDelete(pos.qk)},
+		[]clientv3.Op{
+			clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(pos.rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+			clientv3.OpGet(pos.qk),
+		}
+}
+
+// readLine fills att's view of the durable line from the reads lineOps
+// added after holdReads.
+func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos) {
+	if len(resp.Responses) < 5 {
+		return
+	}
+	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
+		att.ahead = kvs[0]
+	}
+	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) > 0 {
+		att.own = kvs[0]
+	}
+	if pos.qk == "" && att.ahead != nil && att.own != nil && att.ahead.CreateRevision == att.own.CreateRevision {
+		att.ahead = nil // the head is the caller's own waiter
+	}
+}
+
+// ownAt reports whether own is a waiter key created at rev.
+func ownAt(own *mvccpb.KeyValue, rev int64) bool { return own != nil && own.CreateRevision == rev }
 
 // holdReads are the reads that explain a refused grant: the hold, the
 // epoch record and the grace key.
@@ -308,6 +383,17 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
 	}
 	classRef := cls.Namespace + "/" + cls.Name
+	if cls.Fairness == class.FairnessDurable {
+		g, err = a.acquireDurable(ctx, req, cls, sess.ttl)
+		if errors.Is(err, ErrQuota) {
+			a.metrics.quotaRefusals.WithLabelValues(ns, "waiters").Inc()
+		}
+		if errors.Is(err, ErrLeak) {
+			a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
+			a.log.Warn("leak refused", "identity", req.Caller.String(), "session", req.Session, "namespace", ns, "class", clsName)
+		}
+		return g, err
+	}
 	hk := holdKey(req.Key)
 
 	w := &waiter{identity: req.Caller.String(), session: req.Session, class: classRef, ttl: sess.ttl,
@@ -353,7 +439,7 @@ func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk, classRe
 	q, dup, hint := a.queueFor(req.Key, req.Session)
 	if q == nil {
 		val, at := a.encodeHold(req.Caller.String(), req.Session, classRef)
-		att, err := a.tryGrant(ctx, hk, val, req.Session, at)
+		att, err := a.tryGrant(ctx, req.Key, val, req.Session, at, linePos{})
 		return att, true, err
 	}
 	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -36,7 +38,7 @@ type HoldInfo struct {
 	SessionTTLLeft time.Duration
 }
 
-// WaiterInfo is one waiter queued for a key on this arbiter.
+// WaiterInfo is one waiter queued for a key.
 type WaiterInfo struct {
 	Identity string
 	Session  int64
@@ -44,6 +46,9 @@ type WaiterInfo struct {
 	Waited time.Duration
 	// Position is its place in line: 1 is next.
 	Position int
+	// Durable: the waiter is in the key's durable line, kept in etcd and
+	// served by any arbiter; the others wait on this arbiter only.
+	Durable bool
 }
 
 // mayRead reports whether caller may inspect key: operators read
@@ -88,28 +93,53 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, holdKey(key))
+	resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(maxLineShown))).Commit()
 	if err != nil {
 		return Inspection{}, storeErr(ctx, err)
 	}
 	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return Inspection{}, err
 	}
-	if len(resp.Kvs) == 0 {
-		queue := a.queueInfo(key, 0)
+	holds := resp.Responses[0].GetResponseRange().Kvs
+	line := a.lineInfo(resp.Responses[1].GetResponseRange().Kvs)
+	if len(holds) == 0 {
+		queue := append(line, a.queueInfo(key, 0, len(line))...)
 		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue}, nil
 	}
-	h, err := decodeHold(resp.Kvs[0])
+	h, err := decodeHold(holds[0])
 	if err != nil {
 		return Inspection{}, err
 	}
-	queue := a.queueInfo(key, h.Session)
+	queue := append(line, a.queueInfo(key, h.Session, len(line))...)
 	info := HoldInfo{Key: key, Waiters: len(queue)}
-	a.fillHold(&info, caller, h, resp.Kvs[0].ModRevision)
-	if info.SessionTTLLeft, err = a.ttlLeft(ctx, resp.Kvs[0].Lease); err != nil {
+	a.fillHold(&info, caller, h, holds[0].ModRevision)
+	if info.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
 	}
 	return Inspection{Hold: info, Held: true, Queue: queue}, nil
+}
+
+// maxLineShown bounds the durable waiters Inspect lists.
+const maxLineShown = 1000
+
+// lineInfo describes a key's durable waiters, read in create-revision
+// order: the order they are granted in.
+func (a *Arbiter) lineInfo(kvs []*mvccpb.KeyValue) []WaiterInfo {
+	now := a.now()
+	out := make([]WaiterInfo, 0, len(kvs))
+	for _, kv := range kvs {
+		w, err := keyspace.DecodeWaiter(kv.Value)
+		if err != nil {
+			a.log.Warn("undecodable durable waiter", "key", string(kv.Key), "err", err)
+		}
+		wi := WaiterInfo{Identity: w.Identity, Session: kv.Lease, Position: len(out) + 1, Durable: true}
+		if w.QueuedAt != 0 {
+			wi.Waited = now.Sub(time.Unix(0, w.QueuedAt))
+		}
+		out = append(out, wi)
+	}
+	return out
 }
 
 // ttlLeft is the remaining TTL of lease by the store's clock, zero when the

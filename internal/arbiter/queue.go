@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
@@ -112,9 +113,8 @@ func (a *Arbiter) queueFor(key string, session int64) (*queue, bool, holderHint)
 func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
-	if n := a.waiters[w.identity]; n >= a.maxWaiters {
-		return fmt.Errorf("%w: %s has %d waiters queued on this lockd (limit %d, --max-waiters-per-identity); "+
-			"wait for fewer keys at once", ErrQuota, w.identity, n, a.maxWaiters)
+	if err := a.countWaiterLocked(w.identity); err != nil {
+		return err
 	}
 	q := a.queues[key]
 	if q == nil {
@@ -135,7 +135,6 @@ func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error 
 	}
 	w.queued = a.now()
 	q.waiters = append(q.waiters, w)
-	a.waiters[w.identity]++
 	if len(q.waiters) == 1 && !tried {
 		signal(w.wake)
 	}
@@ -152,9 +151,7 @@ func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			if a.waiters[w.identity]--; a.waiters[w.identity] <= 0 {
-				delete(a.waiters, w.identity)
-			}
+			a.uncountWaiterLocked(w.identity)
 			if i == 0 && promoteNext && len(q.waiters) > 0 {
 				signal(q.waiters[0].wake)
 			}
@@ -206,14 +203,16 @@ func (a *Arbiter) wakeHead(key string) {
 	}
 }
 
-// QueueLen is the number of waiters queued for key on this arbiter.
+// QueueLen is the number of waiters queued for key on this arbiter, in
+// its memory and in the key's durable line.
 func (a *Arbiter) QueueLen(key string) int {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
+	n := a.durableHere[key]
 	if q := a.queues[key]; q != nil {
-		return len(q.waiters)
+		n += len(q.waiters)
 	}
-	return 0
+	return n
 }
 
 // queueInfo lists key's waiters queued on this arbiter in arrival order,
@@ -221,7 +220,7 @@ func (a *Arbiter) QueueLen(key string) int {
 // key (handed over, or its own transaction won and it has not left the
 // line yet) is not waiting: holder is the session that holds key (0 when
 // none), and neither it nor a handed-over waiter is listed.
-func (a *Arbiter) queueInfo(key string, holder int64) []WaiterInfo {
+func (a *Arbiter) queueInfo(key string, holder int64, ahead int) []WaiterInfo {
 	now := a.now()
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
@@ -234,7 +233,7 @@ func (a *Arbiter) queueInfo(key string, holder int64) []WaiterInfo {
 		if w.state == granted || (holder != 0 && w.session == holder) {
 			continue
 		}
-		out = append(out, WaiterInfo{Identity: w.identity, Session: w.session, Waited: now.Sub(w.queued), Position: len(out) + 1})
+		out = append(out, WaiterInfo{Identity: w.identity, Session: w.session, Waited: now.Sub(w.queued), Position: ahead + len(out) + 1})
 	}
 	return out
 }
@@ -266,7 +265,7 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 			return a.giveUp(ctx, req, w, a.waitTimeout(req.Key))
 		case <-ctx.Done():
 			return a.giveUp(ctx, req, w, ctx.Err())
-		case <-a.closed:
+		case <-a.draining:
 			return a.giveUp(ctx, req, w, fmt.Errorf("%w: lockd is shutting down; acquire again", ErrUnavailable))
 		}
 		q := a.head(req.Key, w)
@@ -315,7 +314,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 		return Grant{}, true, err
 	}
 	val, at := a.encodeHold(req.Caller.String(), req.Session, w.class)
-	att, err := a.tryGrant(ctx, hk, val, req.Session, at)
+	att, err := a.tryGrant(ctx, req.Key, val, req.Session, at, linePos{})
 	if err == nil && att.granted {
 		a.qmu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
@@ -427,9 +426,10 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		val, at := a.encodeHold(w.identity, w.session, w.class)
 		cctx, cancel := a.txnCtx(ctx)
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).If(cmp...).
+		qr := keyspace.QueueRange(key)
+		resp, err := a.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
 			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
+			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
 			if isLeaseNotFound(err) {
@@ -449,6 +449,12 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		}
 		if !resp.Succeeded {
 			unclaim()
+			if resp.Responses[2].GetResponseRange().Count > 0 {
+				// Durable waiters are in line (a key taken under a durable
+				// class too): the key goes to their head, by its own
+				// transaction, not to this queue. Release without a handoff.
+				return false, false, false, nil
+			}
 			retry, err := a.releaseRefused(resp, st, start)
 			return !retry, false, retry, err
 		}

@@ -88,7 +88,8 @@ type Fairness string
 const (
 	// FairnessBestEffort gives no durable queue position.
 	FairnessBestEffort Fairness = "best-effort"
-	// FairnessDurable keeps queue positions across failures (not yet supported).
+	// FairnessDurable keeps waiters in etcd, in arrival order by create
+	// revision, across arbiter restarts: two more writes per waiter.
 	FairnessDurable Fairness = "durable"
 )
 

@@ -390,9 +390,7 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 	if c.Fairness == "" {
 		c.Fairness = FairnessBestEffort
 	}
-	if enum(dp, RuleSchema, "spec.fairness", c.Fairness, false, FairnessBestEffort, FairnessDurable) && c.Fairness == FairnessDurable {
-		dp.addRule(RuleFairnessDurable, "spec.fairness", "durable is not yet supported")
-	}
+	enum(dp, RuleSchema, "spec.fairness", c.Fairness, false, FairnessBestEffort, FairnessDurable)
 
 	advisory := c.Enforcement == EnforcementAdvisory
 	c.TTL = DefaultTTL

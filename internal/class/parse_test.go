@@ -60,6 +60,7 @@ func TestParseFileClassRules(t *testing.T) {
 		{"valid advisory rfc3339 waiver", classYAML("a", advisory("waiverExpires: 2026-12-01T00:00:00Z")...), "", ""},
 		{"default ttl", classYAML("a", "ttl: -"), "", ""},
 		{"all optional fields", classYAML("a", "onQuorumLoss: closed", "fairness: best-effort", "resource: db"), "", ""},
+		{"durable fairness", classYAML("a", "fairness: durable"), "", ""},
 
 		{"bad apiVersion", strings.Replace(classYAML("a"), "v1alpha1", "v1", 1), "apiVersion", "must be locks.lockd.dev/v1alpha1"},
 		{"missing apiVersion", strings.TrimPrefix(classYAML("a"), header), "apiVersion", "is required"},
@@ -93,7 +94,6 @@ func TestParseFileClassRules(t *testing.T) {
 		{"open for fenced efficiency", classYAML("a", "purpose: efficiency", "onQuorumLoss: open"), "spec.onQuorumLoss", "not allowed for enforcement fenced"},
 		{"open for advisory efficiency", classYAML("a", advisory("onQuorumLoss: open")...), "spec.onQuorumLoss", "open is not yet supported"},
 		{"bad onQuorumLoss", classYAML("a", "onQuorumLoss: maybe"), "spec.onQuorumLoss", "must be one of closed, open"},
-		{"durable fairness", classYAML("a", "fairness: durable"), "spec.fairness", "durable is not yet supported"},
 		{"bad fairness", classYAML("a", "fairness: fifo"), "spec.fairness", "must be one of best-effort, durable"},
 		{"not a mapping", "- a\n- b\n", "", "document must be a mapping"},
 		{"invalid yaml", classYAML("a") + "  x: [1\n", "", "invalid YAML"},

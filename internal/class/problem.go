@@ -104,8 +104,6 @@ const (
 	RuleQuorumLossOpen = "quorum-loss-open"
 	// RuleTierRequired: spec.tier is required.
 	RuleTierRequired = "tier-required"
-	// RuleFairnessDurable: fairness durable is not yet supported.
-	RuleFairnessDurable = "fairness-durable"
 	// RuleGrantNamespace: a grant's prefixes must be inside its namespace.
 	RuleGrantNamespace = "grant-namespace"
 
@@ -126,7 +124,7 @@ const (
 // Rules lists every rule ID, load rules first.
 var Rules = []string{
 	RuleSchema, RuleLayout, RuleDuplicate, RuleNamespaceFolder, RuleTTLRange, RuleAdvisoryTTLFloor,
-	RuleAdvisoryRiskOwner, RuleAdvisoryWaiver, RuleQuorumLossOpen, RuleTierRequired, RuleFairnessDurable,
+	RuleAdvisoryRiskOwner, RuleAdvisoryWaiver, RuleQuorumLossOpen, RuleTierRequired,
 	RuleGrantNamespace,
 	RuleWaiverExpiring, RuleFencedPauseTest, RuleGrantOverlap, RuleCodeowners,
 }

@@ -15,8 +15,13 @@ import (
 const (
 	// HoldPrefix + lock key is a hold, on its session's lease.
 	HoldPrefix = "/l/"
-	// QueuePrefix + lock key + "/" + session is a durable waiter.
+	// QueuePrefix + lock key + QueueSep + hex session is a durable waiter,
+	// on its session's lease (see QueueKey).
 	QueuePrefix = "/q/"
+	// QueueSep ends the lock key in a waiter's key. A lock key cannot
+	// contain it, so one key's waiters are never in the range of another
+	// key that extends it ("a/b" and "a/b/c").
+	QueueSep = "#"
 	// SessionPrefix + hex lease ID is a session record, on its lease.
 	SessionPrefix = "/s/"
 	// SysPrefix holds the epoch, its requests and grace, force requests and
@@ -49,6 +54,38 @@ func SessionID(k string) (int64, bool) {
 	}
 	id, err := strconv.ParseUint(rest, 16, 64)
 	return int64(id), err == nil
+}
+
+// QueueKey is the etcd key of session's durable waiter for lock key. Its
+// create revision is the waiter's place in line.
+func QueueKey(key string, session int64) string {
+	return QueueRange(key) + strconv.FormatInt(session, 16)
+}
+
+// QueueRange is the prefix of every durable waiter for lock key.
+func QueueRange(key string) string { return QueuePrefix + key + QueueSep }
+
+// Waiter is a durable waiter's record.
+type Waiter struct {
+	Identity string `json:"id"`
+	Session  int64  `json:"session"`
+	Class    string `json:"class"` // "namespace/name"
+	// QueuedAt is when it first joined the line and Deadline when its
+	// current wait ends (unix nanos, the arbiter's clock). A waiter whose
+	// deadline has long passed was abandoned by a caller that is still
+	// alive (its session is); an arbiter may remove it so the line moves.
+	// Clocks decide only when a stale waiter goes, never a grant.
+	QueuedAt int64 `json:"at"`
+	Deadline int64 `json:"deadline"`
+}
+
+// DecodeWaiter decodes a durable waiter's record.
+func DecodeWaiter(v []byte) (Waiter, error) {
+	var w Waiter
+	if err := json.Unmarshal(v, &w); err != nil {
+		return w, fmt.Errorf("waiter record: %w", err)
+	}
+	return w, nil
 }
 
 // Hold is a hold's record. Its key's mod revision is the grant's commit

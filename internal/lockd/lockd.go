@@ -436,6 +436,9 @@ func (d *Daemon) Close() {
 		if d.svc != nil {
 			d.svc.Shutdown()
 		}
+		if d.arb != nil {
+			d.arb.Drain() // waits end with "acquire again" before the calls are cut
+		}
 		if d.g != nil {
 			grace := d.cfg.ShutdownGrace
 			if grace == 0 {

@@ -335,7 +335,7 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	}
 	for _, w := range in.Queue {
 		resp.Queue = append(resp.Queue, &lockv1.Waiter{
-			Identity: w.Identity, SessionId: w.Session, Waited: durationpb.New(w.Waited), Position: int32(w.Position),
+			Identity: w.Identity, SessionId: w.Session, Waited: durationpb.New(w.Waited), Position: int32(w.Position), Durable: w.Durable,
 		})
 	}
 	return resp, nil

@@ -422,20 +422,40 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 }
 
 // grant asks lockd for the hold h stands for and settles h with the answer.
+//
+// An answer that leaves the outcome unknown (lockd restarting, a broken
+// connection, the store not answering) is asked again, on the same session,
+// while the wait has time left: lockd answers a session's repeated Acquire
+// with its hold if the first one was granted, and a waiter in a durable
+// line keeps its place. When the wait is over, the hold is resolved in the
+// background.
 func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Duration, onFence func(*Lock)) (*Lock, error) {
-	rctx, cancel := context.WithTimeout(ctx, wait+acquireSlack)
-	defer cancel()
-	resp, err := c.lock.Acquire(rctx, &lockv1.AcquireRequest{
-		SessionId: s.id, Key: h.key, Class: h.class, Wait: durationpb.New(wait),
-	})
-	err = decode(err)
-	switch {
-	case err == nil:
-		return s.granted(h, resp.GetToken(), onFence), nil
-	case Definite(err):
-		s.settle(h) // lockd refused: nothing was granted
-		return nil, err
-	default:
+	deadline := time.Now().Add(wait)
+	backoff := retryBackoff
+	for {
+		left := max(time.Until(deadline), 0)
+		if wait == 0 {
+			left = 0
+		}
+		rctx, cancel := context.WithTimeout(ctx, left+acquireSlack)
+		resp, err := c.lock.Acquire(rctx, &lockv1.AcquireRequest{
+			SessionId: s.id, Key: h.key, Class: h.class, Wait: durationpb.New(left),
+		})
+		cancel()
+		err = decode(err)
+		switch {
+		case err == nil:
+			return s.granted(h, resp.GetToken(), onFence), nil
+		case Definite(err):
+			s.settle(h) // lockd refused: nothing was granted
+			return nil, err
+		}
+		if wait > 0 && time.Until(deadline) > backoff && ctx.Err() == nil && c.ctx.Err() == nil && s.alive() {
+			c.log.Info("acquire: outcome unknown; asking again on the same session", "key", h.key, "session", s.id, "err", err)
+			c.sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
 		// Unknown: lockd may have granted it on this session. Find out and
 		// release it; until then, acquires of the key on this session wait.
 		if !c.background(func() { s.resolveAcquire(h) }) {
@@ -444,6 +464,10 @@ func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Durat
 		return nil, err
 	}
 }
+
+// retryBackoff is the first pause before a waiting Acquire whose outcome
+// was unknown is asked again (doubling to 1s).
+const retryBackoff = 100 * time.Millisecond
 
 // background runs f on its own goroutine; Close waits for it. It runs
 // nothing and returns false once the client is closed.

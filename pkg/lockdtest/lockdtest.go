@@ -45,8 +45,9 @@ const (
 	Operator2 = "spiffe://test.local/operator-2"
 )
 
-// Classes is the test class set: namespace t with a 5s fenced class "fast"
-// and a 15s class "std"; namespace other.
+// Classes is the test class set: namespace t with a 5s fenced class "fast",
+// a 15s class "std" and a 5s class "fifo" with durable fairness; namespace
+// other.
 var Classes = map[string]string{
 	"t/classes.yaml": `apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
@@ -66,6 +67,17 @@ spec:
   enforcement: fenced
   ttl: 15s
   tier: entity
+  resource: test-db
+---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: fifo, namespace: t}
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: 5s
+  tier: entity
+  fairness: durable
   resource: test-db
 ---
 apiVersion: locks.lockd.dev/v1alpha1

@@ -62,6 +62,12 @@ spec:
   resource: ledger-db
   resourceSchemaVersion: "7"
 `, allowed: true},
+	{name: "fairness durable", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-writes, namespace: payments}
+spec: {purpose: correctness, enforcement: fenced, tier: entity, fairness: durable, resource: ledger-db, resourceSchemaVersion: "7"}
+`, allowed: true},
 	{name: "ttl out of range", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
@@ -105,12 +111,6 @@ kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
 spec: {purpose: correctness, enforcement: fenced, resource: ledger-db}
 `, message: "tier-required: spec.tier: is required (one of entity, coord)"},
-	{name: "fairness durable", object: `
-apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, tier: entity, fairness: durable, resource: ledger-db}
-`, message: "fairness-durable: spec.fairness: durable is not yet supported"},
 	{name: "unknown field", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass

@@ -1963,7 +1963,9 @@ func (x *Hold) GetSessionTtlLeft() *durationpb.Duration {
 	return nil
 }
 
-// Waiter is one Acquire waiting in line for a key on the answering arbiter.
+// Waiter is one Acquire waiting in line for a key: in the key's durable line
+// (a class with fairness durable, kept in etcd, served by any arbiter) or on
+// the answering arbiter.
 type Waiter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The waiter's SPIFFE ID.
@@ -1973,7 +1975,10 @@ type Waiter struct {
 	// How long it has waited so far.
 	Waited *durationpb.Duration `protobuf:"bytes,3,opt,name=waited,proto3" json:"waited,omitempty"`
 	// Its place in line: 1 is next.
-	Position      int32 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	Position int32 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	// True when the waiter is in the key's durable line. Durable waiters are
+	// granted first, in the order they joined.
+	Durable       bool `protobuf:"varint,5,opt,name=durable,proto3" json:"durable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2036,6 +2041,13 @@ func (x *Waiter) GetPosition() int32 {
 	return 0
 }
 
+func (x *Waiter) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
 // InspectResponse describes the key.
 type InspectResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2043,9 +2055,10 @@ type InspectResponse struct {
 	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// The hold, when held.
 	Hold *Hold `protobuf:"bytes,2,opt,name=hold,proto3" json:"hold,omitempty"`
-	// Waiters queued on the answering arbiter (also when not held).
+	// Waiters queued: in the key's durable line, and on the answering arbiter
+	// (also when not held).
 	Waiters int32 `protobuf:"varint,3,opt,name=waiters,proto3" json:"waiters,omitempty"`
-	// The waiters in arrival order (the order they are granted in).
+	// The waiters in the order they are granted in: the durable line first.
 	Queue         []*Waiter `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3946,13 +3959,14 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12$\n" +
 	"\x05token\x18\a \x01(\v2\x0e.lock.v1.TokenR\x05token\x12\x18\n" +
 	"\awaiters\x18\b \x01(\x05R\awaiters\x12C\n" +
-	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\"\x92\x01\n" +
+	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\"\xac\x01\n" +
 	"\x06Waiter\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x121\n" +
 	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12\x1a\n" +
-	"\bposition\x18\x04 \x01(\x05R\bposition\"\x89\x01\n" +
+	"\bposition\x18\x04 \x01(\x05R\bposition\x12\x18\n" +
+	"\adurable\x18\x05 \x01(\bR\adurable\"\x89\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12!\n" +
 	"\x04hold\x18\x02 \x01(\v2\r.lock.v1.HoldR\x04hold\x12\x18\n" +

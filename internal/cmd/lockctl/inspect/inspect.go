@@ -39,10 +39,12 @@ func NewCmdInspect(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 		Long: cmdutil.Doc(`
 			Show one key's hold: holder identity, session, how long the session has
 			left by the store's clock (how long a crashed holder can keep the key),
-			class, when it was acquired, its age and the waiters queued on the
-			answering lockd, in the order they will be granted (position 1 is next),
-			with how long each has waited. The fencing token is shown only when
-			lockd returns it (operator identities).
+			class, when it was acquired, its age and the waiters in line, in the
+			order they will be granted (position 1 is next), with how long each has
+			waited: first the key's durable line (classes with fairness durable; kept
+			in etcd, the same from every lockd), then the waiters queued on the
+			answering lockd. The fencing token is shown only when lockd returns it
+			(operator identities).
 
 			An argument ending in "/" is a prefix: every hold under it is listed, in
 			key order.

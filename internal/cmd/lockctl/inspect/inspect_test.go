@@ -35,7 +35,7 @@ func TestPrintKey(t *testing.T) {
 	queued.SessionTtlLeft = durationpb.New(11 * time.Second)
 	golden.AssertPrinted(t, "key-held-queue", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
 		Held: true, Waiters: 2, Hold: queued, Queue: []*lockv1.Waiter{
-			{Position: 1, Identity: "spiffe://lockd.local/payments/reconciler", SessionId: 7587889412345679002, Waited: durationpb.New(41*time.Second + 500*time.Millisecond)},
+			{Position: 1, Identity: "spiffe://lockd.local/payments/reconciler", SessionId: 7587889412345679002, Waited: durationpb.New(41*time.Second + 500*time.Millisecond), Durable: true},
 			{Position: 2, Identity: "spiffe://lockd.local/payments/backfill", SessionId: 7587889412345679117, Waited: durationpb.New(3*time.Second + 20*time.Millisecond)},
 		},
 	}))

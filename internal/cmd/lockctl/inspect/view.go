@@ -28,13 +28,16 @@ type HoldView struct {
 	Token                 *TokenView `json:"token,omitempty"`
 }
 
-// WaiterView is one waiter in line for the key on the answering lockd.
+// WaiterView is one waiter in line for the key: in its durable line, or on
+// the answering lockd.
 type WaiterView struct {
 	// Position is its place in line: 1 is next.
 	Position      int32   `json:"position"`
 	Identity      string  `json:"identity"`
 	SessionID     int64   `json:"session_id,string"`
 	WaitedSeconds float64 `json:"waited_seconds"`
+	// Durable: in the key's durable line (kept in etcd, served by any lockd).
+	Durable bool `json:"durable"`
 }
 
 // KeyView is `lockctl inspect <key>`.
@@ -78,6 +81,7 @@ func NewKeyView(key string, r *lockv1.InspectResponse) *KeyView {
 	for _, w := range r.GetQueue() {
 		v.Queue = append(v.Queue, WaiterView{
 			Position: w.GetPosition(), Identity: w.GetIdentity(), SessionID: w.GetSessionId(), WaitedSeconds: cmdutil.Seconds(w.GetWaited()),
+			Durable: w.GetDurable(),
 		})
 	}
 	return v
@@ -117,14 +121,22 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 	}
 	t.Field("Waiters", printer.Cell{Text: strconv.Itoa(int(v.Waiters))})
 	// One line per waiter, in grant order: "Queue 1:  identity  session N
-	// waited D" on a terminal; "queue_1<TAB>identity<TAB>N<TAB>D" piped.
+	// waited D  durable" on a terminal; "queue_1<TAB>identity<TAB>N<TAB>D
+	// <TAB>durable|memory" piped.
 	for _, w := range v.Queue {
 		session, waited := strconv.FormatInt(w.SessionID, 10), t.Duration(cmdutil.Duration(w.WaitedSeconds))
-		if t.IsTTY() {
-			session, waited = "session "+session, "waited "+waited
+		cells := []printer.Cell{{Text: "Queue " + strconv.Itoa(int(w.Position))}, {Text: w.Identity}}
+		switch {
+		case !t.IsTTY() && w.Durable:
+			cells = append(cells, printer.Cell{Text: session}, printer.Cell{Text: waited}, printer.Cell{Text: "durable"})
+		case !t.IsTTY():
+			cells = append(cells, printer.Cell{Text: session}, printer.Cell{Text: waited}, printer.Cell{Text: "memory"})
+		case w.Durable:
+			cells = append(cells, printer.Cell{Text: "session " + session}, printer.Cell{Text: "waited " + waited}, printer.Cell{Text: "durable"})
+		default: // the usual kind says nothing more on a terminal
+			cells = append(cells, printer.Cell{Text: "session " + session}, printer.Cell{Text: "waited " + waited})
 		}
-		t.RowCells(printer.Cell{Text: "Queue " + strconv.Itoa(int(w.Position))}, printer.Cell{Text: w.Identity},
-			printer.Cell{Text: session}, printer.Cell{Text: waited})
+		t.RowCells(cells...)
 	}
 }
 
