@@ -5,8 +5,10 @@
 // holds in one committed entry. A grant is one transaction comparing the hold
 // key's absence and the epoch record; its fencing token is epoch<<48 | the
 // transaction's commit revision. Waiters queue in memory per key, in arrival
-// order, on this arbiter only; a watch event is a hint that makes the head
-// waiter try its own full transaction, never a grant by itself.
+// order, on this arbiter only, or, for a class with durable fairness, in a
+// line of keys in etcd shared by every arbiter (durable.go); a watch event
+// is a hint that makes the head waiter try its own full transaction, never
+// a grant by itself.
 //
 // The arbiter compares the cluster ID in every etcd response header with the
 // one in the epoch record. A mismatch means the store was restored: the
