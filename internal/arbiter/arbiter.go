@@ -157,8 +157,9 @@ type Arbiter struct {
 	queues  map[string]*queue
 	waiters map[string]int // identity -> waiters queued here (qmu)
 	// durableHere counts, per key, the waiters of its durable line this
-	// arbiter serves (qmu).
+	// arbiter serves, and lines are the views of those lines (qmu).
 	durableHere map[string]int
+	lines       map[string]*lineView
 
 	sessions   sync.Map // int64 -> *sessionInfo
 	smu        sync.Mutex
@@ -210,6 +211,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		queues:      map[string]*queue{},
 		waiters:     map[string]int{},
 		durableHere: map[string]int{},
+		lines:       map[string]*lineView{},
 		sessionsBy:  map[string]int{},
 		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
 		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),

@@ -45,49 +45,60 @@ import (
 const staleWaiterGrace = 30 * time.Second
 
 // acquireDurable is Acquire's wait for a durable class, after the caller's
-// checks: the first attempt, then a place in line until granted.
+// checks: the first attempt (which, for a caller that will wait, joins the
+// line in the same transaction when refused), then a place in line until
+// granted.
 func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *class.Class, ttl time.Duration) (Grant, error) {
 	d := &durable{a: a, req: req, class: cls.Namespace + "/" + cls.Name, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
-	att, err := d.attempt(ctx, linePos{})
+	deadline := time.Now().Add(req.Wait)
+	first := linePos{}
+	if req.Wait > 0 {
+		if err := a.countWaiter(req.Caller.String(), req.Key); err != nil {
+			return Grant{}, err
+		}
+		defer a.uncountWaiter(req.Caller.String(), req.Key)
+		first.join = d.record(nil, deadline)
+	}
+	att, err := d.attempt(ctx, first)
 	if err != nil {
 		return Grant{}, a.sessionGone(req.Session, err)
 	}
 	if att.granted {
 		return a.releaseIfGone(ctx, req, att.grant)
 	}
+	if att.own != nil {
+		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision}
+	}
 	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
-		d.leave(att.own)
+		if att.own != nil {
+			d.leave() // the hold is the session's (or a leak): it needs no place in line
+		}
 		return g, err
 	}
-	if att.own != nil {
-		// Already in line (a wait cut short by an arbiter restart, or an
-		// earlier request): this request resumes that place.
-		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision}
-		if req.Wait == 0 {
-			att, err = d.attempt(ctx, d.pos)
-			if err != nil {
+	if req.Wait == 0 {
+		if d.pos.qk != "" {
+			// In line from an earlier request: its own try at that place.
+			if att, err = d.attempt(ctx, d.pos); err != nil {
 				return Grant{}, a.sessionGone(req.Session, err)
 			}
 			if att.granted {
 				return a.releaseIfGone(ctx, req, att.grant)
 			}
 		}
-	}
-	if req.Wait == 0 {
-		d.leave(att.own)
+		if g, held := d.leave(); held {
+			return a.releaseIfGone(ctx, req, g) // handed over just now
+		}
 		if att.grace {
 			return Grant{}, ErrEpochGrace
 		}
 		return Grant{}, ErrHeld
 	}
-	if err := a.countWaiter(req.Caller.String(), req.Key); err != nil {
-		return Grant{}, err
-	}
-	defer a.uncountWaiter(req.Caller.String(), req.Key)
 	a.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
-	deadline := time.Now().Add(req.Wait)
-	if err := d.join(ctx, att.own, deadline); err != nil {
-		return Grant{}, a.sessionGone(req.Session, err)
+	if !att.joined {
+		// Resuming a place this session already had: move its deadline.
+		if err := d.join(ctx, att.own, deadline); err != nil {
+			return Grant{}, a.sessionGone(req.Session, err)
+		}
 	}
 	return d.wait(ctx, deadline)
 }
@@ -101,6 +112,11 @@ type durable struct {
 	qk    string
 	pos   linePos // zero until it has a place
 	grace bool    // the last attempt was refused for an epoch grace
+	// handed receives the key from a release on this arbiter that handed
+	// it over (handoffDurable); wake is signalled by the key's line view.
+	handed chan Grant
+	wake   chan struct{}
+	view   *lineView
 }
 
 // attempt is one grant transaction at pos (a newcomer when pos is zero).
@@ -109,24 +125,32 @@ func (d *durable) attempt(ctx context.Context, pos linePos) (attempt, error) {
 	return d.a.tryGrant(ctx, d.req.Key, val, d.req.Session, at, pos)
 }
 
-// join takes a place at the end of the line, or keeps own, the place the
-// session already has (with its deadline moved to this request's).
-func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.Time) error {
+// record is the caller's waiter record, with its wait's deadline; own is
+// its existing waiter key, whose joining time is kept.
+func (d *durable) record(own *mvccpb.KeyValue, deadline time.Time) string {
 	now := d.a.now()
 	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: d.class,
 		QueuedAt: now.UnixNano(), Deadline: now.Add(time.Until(deadline)).UnixNano()}
-	cmp := clientv3.Compare(clientv3.CreateRevision(d.qk), "=", 0)
 	if own != nil {
 		if old, err := keyspace.DecodeWaiter(own.Value); err == nil && old.QueuedAt != 0 {
 			rec.QueuedAt = old.QueuedAt
 		}
-		cmp = clientv3.Compare(clientv3.CreateRevision(d.qk), "=", own.CreateRevision)
 	}
 	b, _ := json.Marshal(rec)
+	return string(b)
+}
+
+// join takes a place at the end of the line, or keeps own, the place the
+// session already has (with its deadline moved to this request's).
+func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.Time) error {
+	cmp := clientv3.Compare(clientv3.CreateRevision(d.qk), "=", 0)
+	if own != nil {
+		cmp = clientv3.Compare(clientv3.CreateRevision(d.qk), "=", own.CreateRevision)
+	}
 	cctx, cancel := d.a.callCtx(ctx)
 	defer cancel()
 	resp, err := d.a.cli.Txn(cctx).If(cmp).
-		Then(clientv3.OpPut(d.qk, string(b), clientv3.WithLease(clientv3.LeaseID(d.req.Session)))).
+		Then(clientv3.OpPut(d.qk, d.record(own, deadline), clientv3.WithLease(clientv3.LeaseID(d.req.Session)))).
 		Else(clientv3.OpGet(d.qk)).Commit()
 	if err != nil {
 		return storeErr(ctx, err)
@@ -148,92 +172,117 @@ func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.
 	return nil
 }
 
-// wait keeps the place until the head's transaction grants the key, the
-// deadline passes, ctx ends or the arbiter closes.
+// wait keeps the place until the key is granted (by its own transaction
+// as head, or handed over by a release), the deadline passes, ctx ends or
+// the arbiter drains. Each round reads first and writes only when the
+// waiter is head and the key is free.
 func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 	a := d.a
+	d.handed, d.wake = make(chan Grant, 1), make(chan struct{}, 1)
+	d.view = a.lineFor(d)
+	defer d.view.drop(d)
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
 	for {
 		if _, err := a.authorizeAcquire(d.req.Caller.String(), d.req.Key, d.class, d.ttl); err != nil {
-			d.leave(nil)
-			return Grant{}, err
+			return d.quit(ctx, err)
 		}
-		att, err := d.attempt(ctx, d.pos)
-		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, ErrUnavailable) {
-				// The store did not answer; keep the place and try again.
-				if g, err, done := d.pause(ctx, dl, nil); done {
-					return g, err
-				}
+		// The view only ever says "wait": it may be behind the store, so
+		// nothing it shows is acted on. Anything else is read again,
+		// linearizably (look), and a grant is a transaction or that read.
+		if glance, ok := d.view.glance(d.pos); ok && glance.stillWaiting(d) {
+			if glance.ahead != nil && d.removeStale(ctx, glance.ahead) {
 				continue
 			}
-			d.leave(nil)
-			return Grant{}, a.sessionGone(d.req.Session, err)
-		}
-		if att.granted {
-			return a.releaseIfGone(ctx, d.req, att.grant)
-		}
-		if g, mine, err := a.classify(att, d.req.Caller.String(), d.req.Session); mine || err != nil {
-			d.leave(att.own)
-			return g, err
-		}
-		d.grace = att.grace
-		if !ownAt(att.own, d.pos.rev) {
-			// The place is gone: the session expired, or an epoch advance
-			// emptied every line. Join again at the end (a session that is
-			// gone cannot).
-			a.log.Info("durable waiter lost its place; joining the line again", "key", d.req.Key, "session", d.req.Session)
-			d.pos = linePos{}
-			if err := d.join(ctx, nil, deadline); err != nil {
-				return Grant{}, a.sessionGone(d.req.Session, err)
+			if g, err, done := d.pause(ctx, dl); done {
+				return g, err
 			}
 			continue
 		}
-		watch, rev := holdKey(d.req.Key), att.rev
-		if att.ahead != nil {
-			if d.removeStale(ctx, att.ahead) {
+		att, err := a.look(ctx, d.req.Key, d.req.Session, d.pos)
+		if err == nil && att.ahead == nil && att.holderLease == 0 && !att.grace && ownAt(att.own, d.pos.rev) {
+			att, err = d.attempt(ctx, d.pos) // head, and free
+		}
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, ErrUnavailable):
+			// The store did not answer; keep the place and try again.
+		case err != nil:
+			return d.quit(ctx, a.sessionGone(d.req.Session, err))
+		case att.granted:
+			return a.releaseIfGone(ctx, d.req, att.grant)
+		default:
+			if g, mine, err := a.classify(att, d.req.Caller.String(), d.req.Session); mine || err != nil {
+				// Mine: a release handed the key over (or an earlier
+				// attempt's answer was lost); the waiter key went with it.
+				if err != nil {
+					return d.quit(ctx, err)
+				}
+				return a.releaseIfGone(ctx, d.req, g)
+			}
+			d.grace = att.grace
+			if !ownAt(att.own, d.pos.rev) {
+				// The place is gone: the session expired, or an epoch
+				// advance emptied every line. Join again at the end (a
+				// session that is gone cannot).
+				a.log.Info("durable waiter lost its place; joining the line again", "key", d.req.Key, "session", d.req.Session)
+				d.pos = linePos{}
+				if err := d.join(ctx, nil, deadline); err != nil {
+					return Grant{}, a.sessionGone(d.req.Session, err)
+				}
 				continue
 			}
-			watch = string(att.ahead.Key)
+			if att.ahead != nil && d.removeStale(ctx, att.ahead) {
+				continue
+			}
+			// The line view wakes it when the waiter ahead goes (or, for
+			// the head, the hold), or its own key: a release handing the
+			// key over deletes it.
 		}
-		if g, err, done := d.pause(ctx, dl, &watchFrom{key: watch, rev: rev + 1}); done {
+		if g, err, done := d.pause(ctx, dl); done {
 			return g, err
 		}
 	}
 }
 
-// watchFrom is a key whose delete wakes a waiter, from a revision on.
-type watchFrom struct {
-	key string
-	rev int64
+// stillWaiting reports whether att, the line view's glance, shows d's
+// place intact, the key not held by d's session or identity, and another
+// waiter ahead or another holder: nothing to do but wait to be woken.
+func (att attempt) stillWaiting(d *durable) bool {
+	if !ownAt(att.own, d.pos.rev) || att.holderLease == d.req.Session || att.holder.Identity == d.req.Caller.String() {
+		return false
+	}
+	return att.ahead != nil || att.holderLease != 0
 }
 
-// pause waits for a delete of w's key (a hint), a poll tick, the deadline,
-// ctx or the arbiter's close; done reports that the wait is over with g and
-// err.
-func (d *durable) pause(ctx context.Context, dl *time.Timer, w *watchFrom) (g Grant, err error, done bool) {
+// pause waits for the key handed over by a release on this arbiter, a
+// wake from the line view (a hint), a poll tick, the deadline, ctx or the
+// arbiter's drain; done reports that the wait is over with g and err.
+func (d *durable) pause(ctx context.Context, dl *time.Timer) (g Grant, err error, done bool) {
 	a := d.a
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var events clientv3.WatchChan
-	if w != nil && w.rev > 1 {
-		events = a.cli.Watch(clientv3.WithRequireLeader(wctx), w.key, clientv3.WithRev(w.rev), clientv3.WithFilterPut())
-	}
 	poll := time.NewTimer(a.jitter())
 	defer poll.Stop()
 	select {
-	case <-events:
+	case g := <-d.handed:
+		g, err := a.releaseIfGone(ctx, d.req, g)
+		return g, err, true
+	case <-d.wake:
+		select {
+		case g := <-d.handed: // both came: the grant first
+			g, err := a.releaseIfGone(ctx, d.req, g)
+			return g, err, true
+		default:
+		}
 	case <-poll.C:
 	case <-dl.C:
-		d.leave(nil)
+		err := ErrWaitTimeout
 		if d.grace {
-			return Grant{}, fmt.Errorf("%w; the wait deadline passed first", ErrEpochGrace), true
+			err = fmt.Errorf("%w; the wait deadline passed first", ErrEpochGrace)
 		}
-		return Grant{}, ErrWaitTimeout, true
+		g, err := d.quit(ctx, err)
+		return g, err, true
 	case <-ctx.Done():
-		d.leave(nil)
-		return Grant{}, ctx.Err(), true
+		g, err := d.quit(ctx, ctx.Err())
+		return g, err, true
 	case <-a.draining:
 		// Keep the place: a caller that asks again on this session, on
 		// this lockd restarted or another, resumes it.
@@ -242,24 +291,54 @@ func (d *durable) pause(ctx context.Context, dl *time.Timer, w *watchFrom) (g Gr
 	return Grant{}, nil, false
 }
 
-// leave gives up the caller's place in line: its waiter key (own, or the
-// one at d.pos) is deleted if it is still the same one. Best effort and
-// bounded: a key left behind goes with the session, or as a stale waiter.
-func (d *durable) leave(own *mvccpb.KeyValue) {
-	rev := d.pos.rev
-	if own != nil {
-		rev = own.CreateRevision
+// quit leaves the line with err. If a release handed the key over
+// meanwhile, the waiter holds it: with its wait merely over (the deadline
+// raced the handoff) it gets the grant; otherwise the hold is released.
+func (d *durable) quit(ctx context.Context, err error) (Grant, error) {
+	g, held := d.leave()
+	if !held {
+		return Grant{}, err
 	}
-	if rev == 0 {
-		return
+	if errors.Is(err, ErrWaitTimeout) || errors.Is(err, ErrEpochGrace) {
+		return d.a.releaseIfGone(ctx, d.req, g)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.a.timeout)
+	defer cancel()
+	if _, rerr := d.a.release(rctx, d.req.Session, d.req.Key, g.Token); rerr != nil {
+		d.a.log.Warn("could not release a hold handed to a waiter that left; it ends with its session", "session", d.req.Session, "err", rerr)
+	}
+	return Grant{}, err
+}
+
+// leave gives up the caller's place in line: its waiter key at d.pos is
+// deleted if it is still the same one. When it is not, a release may have
+// handed the key over with it: held reports that, with the grant. Best
+// effort and bounded: a key left behind goes with the session, or as a
+// stale waiter.
+func (d *durable) leave() (g Grant, held bool) {
+	if d.pos.rev == 0 {
+		return Grant{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.a.timeout)
 	defer cancel()
-	if _, err := d.a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", rev)).
-		Then(clientv3.OpDelete(d.qk)).Commit(); err != nil {
-		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
-	}
+	st := d.a.epoch.Load()
+	start := time.Now()
+	resp, err := d.a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
+		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key))...).Commit()
 	d.pos = linePos{}
+	if err != nil {
+		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
+		return Grant{}, false
+	}
+	if resp.Succeeded || st.sealed {
+		return Grant{}, false
+	}
+	att, res, err := d.a.readOutcome(resp, st, start)
+	if err != nil || res != found {
+		return Grant{}, false
+	}
+	g, mine, _ := d.a.classify(att, d.req.Caller.String(), d.req.Session)
+	return g, mine
 }
 
 // removeStale removes the waiter ahead when its caller abandoned it long
@@ -317,4 +396,62 @@ func (a *Arbiter) uncountWaiterLocked(identity string) {
 	if a.waiters[identity]--; a.waiters[identity] <= 0 {
 		delete(a.waiters, identity)
 	}
+}
+
+// handoffDurable, when key has durable waiters, releases the hold matching
+// cmp and grants the key to the head of the line in the same transaction:
+// the head's hold is put on its session's lease and its waiter key is
+// deleted, comparing that it is still the head. The line is read first
+// without consensus (a serializable read, possibly stale): the transaction's
+// compares decide. done is false when there was nobody in line to hand to
+// (or the line kept changing); the caller then releases as usual.
+func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState, session, rev int64) (done bool, err error) {
+	qr := keyspace.QueueRange(key)
+	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
+	head := a.viewHead(key)
+	if head == nil {
+		cctx, cancel := a.callCtx(ctx)
+		resp, err := a.cli.Get(cctx, qr, append(first, clientv3.WithSerializable())...)
+		cancel()
+		if err != nil || len(resp.Kvs) == 0 {
+			return false, nil // nobody in line as far as this member knows: release as usual
+		}
+		head = resp.Kvs[0]
+	}
+	for range 3 {
+		w, err := keyspace.DecodeWaiter(head.Value)
+		if err != nil {
+			return false, nil
+		}
+		if _, err := a.authorizeAcquire(w.Identity, key, w.Class, 0); err != nil {
+			return false, nil // its own arbiter tells it, and it leaves the line
+		}
+		val, at := a.encodeHold(w.Identity, head.Lease, w.Class)
+		hq := string(head.Key)
+		cctx, cancel := a.txnCtx(ctx)
+		tr, err := a.cli.Txn(cctx).If(append(cmp,
+			clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix())...).
+			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
+			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
+		cancel()
+		if err != nil {
+			return true, storeErr(ctx, err)
+		}
+		if _, err := a.checkHeader(tr.Header); err != nil {
+			return true, err
+		}
+		if tr.Succeeded {
+			a.handTo(key, hq, Grant{Epoch: st.epoch, Revision: tr.Header.Revision, AcquiredAt: at})
+			return true, nil
+		}
+		holds, eps := tr.Responses[0].GetResponseRange().Kvs, tr.Responses[1].GetResponseRange().Kvs
+		line := tr.Responses[2].GetResponseRange().Kvs
+		if len(holds) == 0 || holds[0].ModRevision != rev || holds[0].Lease != session ||
+			len(eps) == 0 || eps[0].ModRevision != st.modRev || len(line) == 0 {
+			return false, nil // the release's own compares, or an empty line: release as usual
+		}
+		head = line[0] // the line moved: hand to its head now
+	}
+	return false, nil
 }

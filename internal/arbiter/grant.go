@@ -102,15 +102,20 @@ type attempt struct {
 	// The durable line (see durable.go), when the attempt read it: ahead
 	// is the waiter that keeps this attempt from the key (the head for a
 	// newcomer, the predecessor for a waiter in line; nil when none), and
-	// own is the caller's own waiter key (nil when it has none).
+	// own is the caller's own waiter key (nil when it has none); joined
+	// says the attempt created it.
 	ahead, own *mvccpb.KeyValue
+	joined     bool
 }
 
 // linePos is where an attempt stands in the key's durable line: nowhere
-// (a newcomer, qk empty) or at the waiter key qk created at rev.
+// (a newcomer, qk empty) or at the waiter key qk created at rev. A newcomer
+// with join set joins the line with that waiter record when it is refused,
+// in the refused transaction itself.
 type linePos struct {
-	qk  string
-	rev int64
+	qk   string
+	rev  int64
+	join string
 }
 
 // tryGrant runs the grant transaction: compare the hold key absent, the
@@ -185,27 +190,45 @@ func (a *Arbiter) tryGrant(ctx context.Context, key, val string, lease int64, at
 
 // lineOps are the durable line's parts of a grant transaction for the
 // caller at pos (see tryGrant): compares, the ops after the hold's put, and
-// the reads on refusal (who is ahead, and the caller's own waiter key).
+// the reads on refusal (lineReads), followed for a newcomer joining by the
+// join itself.
 func lineOps(key string, session int64, pos linePos) (cmps []clientv3.Cmp, then, reads []clientv3.Op) {
 	qr := keyspace.QueueRange(key)
+	reads = lineReads(key, session, pos)
 	if pos.qk == "" {
-		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()},
-			nil,
-			[]clientv3.Op{
-				clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
-				clientv3.OpGet(keyspace.QueueKey(key, session)),
-			}
+		if pos.join != "" {
+			qk := keyspace.QueueKey(key, session)
+			reads = append(reads, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)},
+				[]clientv3.Op{clientv3.OpPut(qk, pos.join, clientv3.WithLease(clientv3.LeaseID(session)))}, nil))
+		}
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()}, nil, reads
 	}
 	return []clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(pos.qk), "=", pos.rev),
 			clientv3.Compare(clientv3.CreateRevision(qr), ">", pos.rev-1).WithPrefix(),
 		},
 		[]clientv3.Op{clientv3.OpDelete(pos.qk)},
-		[]clientv3.Op{
-			clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(pos.rev-1),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
-			clientv3.OpGet(pos.qk),
+		reads
+}
+
+// lineReads read who is ahead of the caller at pos (the head, for a
+// newcomer; its predecessor, for a waiter in line) and the caller's own
+// waiter key.
+func lineReads(key string, session int64, pos linePos, opts ...clientv3.OpOption) []clientv3.Op {
+	qr := keyspace.QueueRange(key)
+	if pos.qk == "" {
+		// A newcomer needs only whether anyone is in line: a count, from
+		// etcd's index without reading the waiters.
+		return []clientv3.Op{
+			clientv3.OpGet(qr, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}, opts...)...),
+			clientv3.OpGet(keyspace.QueueKey(key, session), opts...),
 		}
+	}
+	return []clientv3.Op{
+		clientv3.OpGet(qr, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(pos.rev - 1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}, opts...)...),
+		clientv3.OpGet(pos.qk, opts...),
+	}
 }
 
 // readLine fills att's view of the durable line from the reads lineOps
@@ -214,15 +237,21 @@ func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos) {
 	if len(resp.Responses) < 5 {
 		return
 	}
-	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
-		att.ahead = kvs[0]
-	}
 	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) > 0 {
 		att.own = kvs[0]
 	}
-	if pos.qk == "" && att.ahead != nil && att.own != nil && att.ahead.CreateRevision == att.own.CreateRevision {
-		att.ahead = nil // the head is the caller's own waiter
+	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
+		att.ahead = kvs[0]
+	} else if n := resp.Responses[3].GetResponseRange().Count; pos.qk == "" && (n > 1 || (n == 1 && att.own == nil)) {
+		att.ahead = &mvccpb.KeyValue{} // others in line; the count does not say who
 	}
+	if len(resp.Responses) > 5 && resp.Responses[5].GetResponseTxn().GetSucceeded() {
+		// Joined in this transaction: the waiter key was created at its
+		// revision.
+		att.own = &mvccpb.KeyValue{CreateRevision: resp.Header.Revision}
+		att.joined = true
+	}
+
 }
 
 // ownAt reports whether own is a waiter key created at rev.
@@ -278,6 +307,18 @@ func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start 
 // readHold reads who holds hk (without trying to take it), for a caller
 // that must not jump the queue.
 func (a *Arbiter) readHold(ctx context.Context, hk string) (attempt, error) {
+	return a.read(ctx, hk, nil, linePos{})
+}
+
+// look is a durable waiter's read of the hold and of its place in line
+// (who is ahead, its own key), writing nothing.
+func (a *Arbiter) look(ctx context.Context, key string, session int64, pos linePos) (attempt, error) {
+	return a.read(ctx, holdKey(key), lineReads(key, session, pos), pos)
+}
+
+// read runs holdReads, and lineReads for a caller at pos, in one read-only
+// transaction.
+func (a *Arbiter) read(ctx context.Context, hk string, lineReads []clientv3.Op, pos linePos) (attempt, error) {
 	for range 3 {
 		st := a.epoch.Load()
 		if st.sealed {
@@ -285,7 +326,7 @@ func (a *Arbiter) readHold(ctx context.Context, hk string) (attempt, error) {
 		}
 		cctx, cancel := a.callCtx(ctx)
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).Then(holdReads(hk)...).Commit()
+		resp, err := a.cli.Txn(cctx).Then(append(holdReads(hk), lineReads...)...).Commit()
 		cancel()
 		if err != nil {
 			return attempt{}, storeErr(ctx, err)
@@ -295,6 +336,9 @@ func (a *Arbiter) readHold(ctx context.Context, hk string) (attempt, error) {
 		}
 		att, res, err := a.readOutcome(resp, st, start)
 		if err != nil || res != epochMoved {
+			if lineReads != nil {
+				readLine(&att, resp, pos)
+			}
 			return att, err
 		}
 	}
@@ -523,6 +567,9 @@ func (a *Arbiter) release(ctx context.Context, session int64, key string, tok ui
 			clientv3.Compare(clientv3.ModRevision(hk), "=", rev),
 			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
+		}
+		if done, err := a.handoffDurable(ctx, key, hk, cmp, st, session, rev); done {
+			return err == nil, err
 		}
 		done, released, retry, err := a.handoff(ctx, key, hk, cmp, st)
 		if retry {
