@@ -1,6 +1,7 @@
 // Package classdir writes the class directory the gate and the benchmarks
-// run lockd with: one fenced class in one namespace, and a grant of the
-// whole namespace to each client identity.
+// run lockd with: one fenced class in one namespace (and, if asked, the same
+// class with durable fairness), and a grant of the whole namespace to each
+// client identity.
 package classdir
 
 import (
@@ -11,13 +12,16 @@ import (
 	"time"
 )
 
-// Fenced describes the one class.
+// Fenced describes the class.
 type Fenced struct {
 	Namespace, Name, Resource string
 	TTL                       time.Duration
+	// DurableName, when set, names a second class, the same but with
+	// fairness: durable.
+	DurableName string
 }
 
-// Write writes dir/<namespace>/classes.yaml with the class and
+// Write writes dir/<namespace>/classes.yaml with the class (or two) and
 // dir/<namespace>/grants.yaml granting "<namespace>/" to each identity.
 func Write(dir string, c Fenced, identities []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, c.Namespace), 0o755); err != nil {
@@ -35,6 +39,22 @@ spec:
   tier: entity
   resource: %s
 `, c.Name, c.Namespace, c.TTL, c.Resource)
+	if c.DurableName != "" {
+		cls += fmt.Sprintf(`---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: %s
+  tier: entity
+  fairness: durable
+  resource: %s
+`, c.DurableName, c.Namespace, c.TTL, c.Resource)
+	}
 	var b strings.Builder
 	for i, id := range identities {
 		if i > 0 {

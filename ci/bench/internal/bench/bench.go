@@ -50,7 +50,7 @@ type Options struct {
 var AllScenarios = []string{"uncontended-w1", "uncontended-w16", "uncontended-w64", "contended-w64", "zipf-w64"}
 
 // AllSystems in the order they run in each scenario.
-var AllSystems = []string{result.Raw, result.EtcdMutex, result.Lockd, result.Redsync}
+var AllSystems = []string{result.Raw, result.EtcdMutex, result.Lockd, result.LockdDurable, result.Redsync}
 
 // ErrUsage: bad options.
 var ErrUsage = errors.New("bench: usage")
@@ -126,8 +126,8 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 				}
 				for _, sys := range order {
 					var stopProf func() []string
-					if pass == 0 && o.Profile && sys == result.Lockd && sc.name == o.ProfileScenario {
-						stopProf = profileBoth(r, filepath.Join(o.Out, mode+"-"+sc.name), half)
+					if pass == 0 && o.Profile && (sys == result.Lockd || sys == result.LockdDurable) && sc.name == o.ProfileScenario {
+						stopProf = profileBoth(r, filepath.Join(o.Out, mode+"-"+sc.name+"-"+sys), half)
 					}
 					parts[sys] = append(parts[sys], measure(ctx, half, r, sc, sys, redisAddr, redisWhy))
 					if stopProf != nil {
@@ -155,7 +155,9 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 			run.Renewal = ren
 		}
 		r.Close()
-		if mode == rig.Embedded && slices.Contains(o.Systems, result.Lockd) {
+		// The tailer's and tracing's costs are measured on uncontended W=64:
+		// only when that scenario is asked for.
+		if mode == rig.Embedded && slices.Contains(o.Systems, result.Lockd) && slices.Contains(o.Scenarios, tracingScenario) {
 			if run.Audit, err = auditCompare(ctx, o, exe, lockd); err != nil {
 				return runs, err
 			}
@@ -204,6 +206,9 @@ func ratios(sc *result.Scenario) {
 	}
 	if mu != nil && mu.Skipped == "" && mu.GrantsPerSec > 0 {
 		sc.Ratios["lockd/etcd-mutex"] = l.GrantsPerSec / mu.GrantsPerSec
+		if d := sc.Find(result.LockdDurable); d != nil && d.Skipped == "" {
+			sc.Ratios["lockd-durable/etcd-mutex"] = d.GrantsPerSec / mu.GrantsPerSec
+		}
 	}
 }
 
@@ -216,7 +221,9 @@ func newSystem(name string, sc scenario, r *rig.Rig, redisAddr, redisWhy string)
 		s, err := newMutex(r.EtcdEndpoints)
 		return s, "", err
 	case result.Lockd:
-		return &lockdSystem{addr: r.Lockd.Addr, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
+		return &lockdSystem{addr: r.Lockd.Addr, class: rig.Class, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
+	case result.LockdDurable:
+		return &lockdSystem{addr: r.Lockd.Addr, class: rig.DurableClass, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
 	case result.Redsync:
 		if redisAddr == "" {
 			return nil, redisWhy, nil
@@ -238,7 +245,7 @@ type measured struct {
 func merge(name string, parts []measured) *result.System {
 	out := &result.System{Name: name, Fencing: name != result.Redsync}
 	var lat []time.Duration
-	var lockdCPU, etcdCPU float64
+	var lockdCPU, etcdCPU, writes float64
 	for _, p := range parts {
 		if p.sys.Skipped != "" {
 			out.Skipped = p.sys.Skipped
@@ -247,6 +254,7 @@ func merge(name string, parts []measured) *result.System {
 		out.Grants += p.sys.Grants
 		out.Errors += p.sys.Errors
 		out.Elapsed += p.sys.Elapsed
+		writes += p.sys.WritesPerGrant * float64(p.sys.Grants)
 		lockdCPU += p.sys.LockdCPU * p.sys.Elapsed.Seconds()
 		etcdCPU += p.sys.EtcdCPU * p.sys.Elapsed.Seconds()
 		lat = append(lat, p.lat...)
@@ -255,6 +263,9 @@ func merge(name string, parts []measured) *result.System {
 		out.GrantsPerSec = float64(out.Grants) / out.Elapsed.Seconds()
 		out.LockdCPU = lockdCPU / out.Elapsed.Seconds()
 		out.EtcdCPU = etcdCPU / out.Elapsed.Seconds()
+	}
+	if out.Grants > 0 {
+		out.WritesPerGrant = writes / float64(out.Grants)
 	}
 	out.Summarize(lat)
 	return out
@@ -288,6 +299,7 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	}()
 	lu0, _ := rig.ReadUsage(r.LockdPID())
 	eu0, _ := rig.ReadUsage(r.EtcdPID())
+	w0, _ := proposals(ctx, r)
 	start := time.Now()
 	deadline := start.Add(d)
 	var mu sync.Mutex
@@ -334,13 +346,26 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	out.Elapsed = time.Since(start)
 	lu1, _ := rig.ReadUsage(r.LockdPID())
 	eu1, _ := rig.ReadUsage(r.EtcdPID())
+	w1, ok := proposals(ctx, r)
 	out.Grants = len(all)
+	if ok && out.Grants > 0 {
+		out.WritesPerGrant = (w1 - w0) / float64(out.Grants)
+	}
 	out.GrantsPerSec = float64(out.Grants) / out.Elapsed.Seconds()
 	out.LockdCPU = (lu1.CPU - lu0.CPU).Seconds() / out.Elapsed.Seconds()
 	if r.EtcdPID() != r.LockdPID() {
 		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
 	}
 	return measured{sys: out, lat: all}
+}
+
+// proposals reads etcd's count of committed proposals (consensus writes)
+// from its metrics, on its client URL.
+func proposals(ctx context.Context, r *rig.Rig) (float64, bool) {
+	if len(r.EtcdEndpoints) == 0 {
+		return 0, false
+	}
+	return proc.Metric(ctx, strings.TrimPrefix(r.EtcdEndpoints[0], "http://"), "etcd_server_proposals_committed_total")
 }
 
 // profileBoth starts lockd's CPU profile (prefix-lockd-cpu.pprof, then its

@@ -80,7 +80,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *smoke {
 		o.Modes = []string{rig.Embedded}
 		o.Duration = time.Second
-		o.Scenarios = []string{"uncontended-w16", "contended-w64"}
+		o.Scenarios = []string{"uncontended-w64", "contended-w64"} // uncontended-w64: the tailer and tracing comparisons run too
 		o.RenewalSessions, o.RenewalHolds, o.RenewalSteady = 200, 1000, 5*time.Second
 	}
 	for _, s := range o.Scenarios {

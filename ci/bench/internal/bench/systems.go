@@ -152,6 +152,7 @@ func (l *mutexLocker) lock(ctx context.Context, key string) (func(context.Contex
 // contend for keys are separate processes: a client each.
 type lockdSystem struct {
 	addr   string
+	class  string
 	shared bool
 	opts   []client.Option
 
@@ -176,13 +177,13 @@ func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
 			}
 			s.one = c
 		}
-		return &lockdLocker{c: s.one, shared: true}, nil
+		return &lockdLocker{c: s.one, class: s.class, shared: true}, nil
 	}
 	c, err := s.client(i)
 	if err != nil {
 		return nil, err
 	}
-	return &lockdLocker{c: c}, nil
+	return &lockdLocker{c: c, class: s.class}, nil
 }
 
 // client is a Go client as identity i.
@@ -192,6 +193,7 @@ func (s *lockdSystem) client(i int) (*client.Client, error) {
 
 type lockdLocker struct {
 	c      *client.Client
+	class  string
 	shared bool
 }
 
@@ -202,7 +204,7 @@ func (l *lockdLocker) close() {
 }
 
 func (l *lockdLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	lk, err := l.c.Acquire(ctx, rig.Namespace+"/"+key, rig.Class, func(*client.Lock) {}, client.Wait(time.Minute))
+	lk, err := l.c.Acquire(ctx, rig.Namespace+"/"+key, l.class, func(*client.Lock) {}, client.Wait(time.Minute))
 	if err != nil {
 		return nil, err
 	}

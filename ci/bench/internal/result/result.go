@@ -12,7 +12,9 @@ const (
 	Raw       = "raw"
 	EtcdMutex = "etcd-mutex"
 	Lockd     = "lockd"
-	Redsync   = "redsync"
+	// LockdDurable is lockd with a class of durable fairness.
+	LockdDurable = "lockd-durable"
+	Redsync      = "redsync"
 )
 
 // Run is one benchmark run.
@@ -58,7 +60,11 @@ type System struct {
 	// (the same process on the embedded default: reported once, as lockd).
 	LockdCPU float64 `json:"lockdCPU,omitempty"`
 	EtcdCPU  float64 `json:"etcdCPU,omitempty"`
-	Skipped  string  `json:"skipped,omitempty"` // why a system did not run
+	// WritesPerGrant is consensus writes (etcd proposals committed) per
+	// grant, over the whole run: grants, releases, waiter keys, refused
+	// write transactions.
+	WritesPerGrant float64 `json:"writesPerGrant,omitempty"`
+	Skipped        string  `json:"skipped,omitempty"` // why a system did not run
 }
 
 // Summarize fills the percentiles and the CDF from grant latencies.

@@ -31,7 +31,9 @@ const (
 const (
 	Namespace = "bench"
 	Class     = "bench/std"
-	ClassTTL  = 15 * time.Second
+	// DurableClass is the same class with durable fairness.
+	DurableClass = "bench/fifo"
+	ClassTTL     = 15 * time.Second
 )
 
 // Identity is the SPIFFE ID of benchmark client i (insecure loopback
@@ -156,13 +158,14 @@ func (r *Rig) Close() {
 }
 
 // WriteClasses writes the benchmark's class (fenced, 15 s TTL: keepalives
-// every 5 s, as the seed sizes them) and a grant of bench/ to each identity.
+// every 5 s, as the seed sizes them), the same with durable fairness, and a
+// grant of bench/ to each identity.
 func WriteClasses(dir string, identities int) error {
 	ids := make([]string, identities)
 	for i := range ids {
 		ids[i] = Identity(i)
 	}
-	return classdir.Write(dir, classdir.Fenced{Namespace: Namespace, Name: "std", Resource: "bench", TTL: ClassTTL}, ids)
+	return classdir.Write(dir, classdir.Fenced{Namespace: Namespace, Name: "std", DurableName: "fifo", Resource: "bench", TTL: ClassTTL}, ids)
 }
 
 // Usage is a process's CPU time and resident memory.
