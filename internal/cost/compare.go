@@ -44,7 +44,7 @@ type Options struct {
 // Compare loads the class directory at the base ref and in the work tree,
 // and prices the classes that differ with the load Prometheus reports. It
 // reads classes even when they break a rule lockd enforces (a lapsed
-// waiver, fairness durable): the review is about what the change costs.
+// waiver): the review is about what the change costs.
 // An unreachable Prometheus is an error; a namespace it has no data for is
 // priced at zero and named in Notes.
 func Compare(ctx context.Context, o Options) (*Report, error) {

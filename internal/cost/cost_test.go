@@ -245,7 +245,7 @@ func TestPrice(t *testing.T) {
 				require.Zero(t, c.Before.DurableWritesPerSecond)
 				require.Equal(t, 8.0, c.After.DurableWritesPerSecond)
 				require.Len(t, c.Risks, 1)
-				require.Contains(t, c.Risks[0], "= 8 writes/s")
+				require.Contains(t, c.Risks[0], "= up to 8 writes/s")
 			},
 		},
 		{

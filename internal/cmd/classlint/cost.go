@@ -37,12 +37,13 @@ base with HEAD is used) and, for every class added (+), removed (−) or changed
 
   keepalives/s     sessions × 1/(TTL/3): lockd's client renews every TTL/3
   liveness bound   TTL + 2s: how long a holder that died can keep the next one waiting
-  durable writes/s 2 consensus writes per waiter × the waiter rate (fairness durable)
+  durable writes/s up to 2 consensus writes per waiter × the waiter rate (fairness
+                   durable): 1 to join the line, 1 more to leave it without the key
 
 and flags advisory classes with a TTL under 60s. Sessions come from
 lockd_sessions (by the namespace of the identity); a namespace Prometheus has no
 data for is priced at zero and named in the output. Classes that break a rule
-(a lapsed waiver, fairness durable) are priced all the same.
+(a lapsed waiver) are priced all the same.
 
 Exit status: 0 priced, 2 usage error or git error, 69 Prometheus unreachable
 (refused, no such host, timed out or a 5xx).`,
