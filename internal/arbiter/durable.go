@@ -409,6 +409,9 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 	qr := keyspace.QueueRange(key)
 	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 	head := a.viewHead(key)
+	if brokenLineOrder {
+		head, first = nil, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}
+	}
 	if head == nil {
 		cctx, cancel := a.callCtx(ctx)
 		resp, err := a.cli.Get(cctx, qr, append(first, clientv3.WithSerializable())...)
@@ -429,9 +432,12 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 		val, at := a.encodeHold(w.Identity, head.Lease, w.Class)
 		hq := string(head.Key)
 		cctx, cancel := a.txnCtx(ctx)
-		tr, err := a.cli.Txn(cctx).If(append(cmp,
-			clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
-			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix())...).
+		headCmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix()}
+		if brokenLineOrder {
+			headCmps = headCmps[:1]
+		}
+		tr, err := a.cli.Txn(cctx).If(append(cmp, headCmps...)...).
 			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
 		cancel()

@@ -228,6 +228,7 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	}
 	time.Sleep(3 * time.Second)
 	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
+	r.readLine(ctx) // the store's life ends here
 	f.Start = history.Now()
 	if err := r.cl.Restore(ctx, snap); err != nil {
 		return err
@@ -316,6 +317,7 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
 		highest = max(highest, st.GetHighestEpoch(), st.GetEpoch())
 	}
 	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
+	r.readLine(ctx) // the store's life ends here
 	f.Start = history.Now()
 	if err := r.cl.Rebuild(ctx); err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/fencedstore"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+	"github.com/lockd-dev/lockd/ci/gate/internal/linecheck"
 	"github.com/lockd-dev/lockd/ci/gate/internal/worker"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
@@ -39,10 +40,13 @@ import (
 const (
 	Namespace = "gate"
 	ClassName = "fenced"
-	TTL       = 6 * time.Second
-	LowTTL    = 5 * time.Second
-	operator  = "spiffe://gate.local/operator"
-	operator2 = "spiffe://gate.local/operator-2"
+	// DurableClassName is ClassName with fairness durable: the second half
+	// of the keys are taken under it (durableKeys).
+	DurableClassName = "fenced-durable"
+	TTL              = 6 * time.Second
+	LowTTL           = 5 * time.Second
+	operator         = "spiffe://gate.local/operator"
+	operator2        = "spiffe://gate.local/operator-2"
 )
 
 // Errors.
@@ -55,18 +59,21 @@ var (
 
 // Options configure one gate run.
 type Options struct {
-	Duration  time.Duration
-	Faults    []string // fault kinds; see Kinds
-	Seed      uint64
-	Workers   int
-	Arbiters  int
-	Keys      int
-	Store     string // auto, postgres, memory
-	Postgres  string // an existing PostgreSQL URL (optional)
-	Fencing   bool   // false: the negative control, the store accepts stale tokens
-	Broken    bool   // build lockd with the grant's absence compare removed
-	LateFence bool   // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
-	Expect    bool   // expect at least one violation (controls)
+	Duration time.Duration
+	Faults   []string // fault kinds; see Kinds
+	Seed     uint64
+	Workers  int
+	Arbiters int
+	Keys     int
+	Store    string // auto, postgres, memory
+	Postgres string // an existing PostgreSQL URL (optional)
+	Fencing  bool   // false: the negative control, the store accepts stale tokens
+	Broken   bool   // build lockd with the grant's absence compare removed
+	// BrokenLine builds lockd handing a durable key to the last waiter in
+	// line instead of the first (control for the durable-line check).
+	BrokenLine bool
+	LateFence  bool // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
+	Expect     bool // expect at least one violation (controls)
 	// MinGrants fails a run with fewer successful grants; negative means
 	// one per second of the run in which grants were possible (the run's
 	// duration less the windows a restore or a rebuild closed by design).
@@ -101,10 +108,12 @@ type Summary struct {
 	MinGrants int          `json:"minGrants"`
 	Check     check.Result `json:"check"`
 	// Audit is the audit check: the history against what was observed.
-	Audit     auditcheck.Result `json:"audit"`
-	Artifacts string            `json:"artifacts"`
-	Passed    bool              `json:"passed"`
-	Reason    string            `json:"reason,omitempty"`
+	Audit auditcheck.Result `json:"audit"`
+	// Line is the durable-line check on etcd's own history.
+	Line      LineResult `json:"line"`
+	Artifacts string     `json:"artifacts"`
+	Passed    bool       `json:"passed"`
+	Reason    string     `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -124,6 +133,12 @@ type run struct {
 
 	stopPG  func() error
 	stopMem func()
+
+	// lives are etcd's histories of holds and waiter keys, one per store
+	// life, read before a restore or rebuild ends it and at the end;
+	// lineErrs are the reads that failed.
+	lives    []linecheck.Life
+	lineErrs []string
 
 	start, end int64 // the faulted run's window, on history.Now's clock
 
@@ -206,8 +221,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	// lockd, built from this tree (with the broken grant when asked).
 	lockd := filepath.Join(r.dir, "bin", "lockd")
 	args := []string{"build", "-o", lockd}
-	if o.Broken {
+	switch {
+	case o.Broken:
 		args = append(args, "-tags", "gate_broken_grant")
+	case o.BrokenLine:
+		args = append(args, "-tags", "gate_broken_line")
 	}
 	args = append(args, "github.com/lockd-dev/lockd/cmd/lockd")
 	r.logf("gate: go %s", strings.Join(args, " "))
@@ -328,6 +346,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		}
 		w.Args = []string{"worker", "--id", strconv.Itoa(i), "--target", r.proxies[i%len(r.arbiters)].Addr(),
 			"--identity", workerID(i), "--keys", strings.Join(keys, ","), "--class", Namespace + "/" + ClassName,
+			"--durable-keys", strings.Join(durableKeys(keys), ","), "--durable-class", Namespace + "/" + DurableClassName,
 			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
 			"--store", r.storeURL, "--seed", strconv.FormatUint(o.Seed, 10)}
 		if childWorker(i) {
@@ -399,6 +418,9 @@ func (r *run) teardown() {
 		a.Stop(5 * time.Second)
 	}
 	r.drainHistory(context.Background())
+	if r.cl != nil {
+		r.readLine(context.Background())
+	}
 	if r.rec != nil {
 		_ = r.rec.Close()
 	}
@@ -450,6 +472,8 @@ func (r *run) verdict(s *Summary) error {
 	}
 	s.Audit = ares
 
+	s.Line = r.lineVerdict()
+
 	closed := grantsClosed(r.faults, r.start, r.end)
 	s.GrantsClosed = closed.Round(time.Second).String()
 	s.Ran = time.Duration(r.end - r.start).Round(time.Second).String()
@@ -459,12 +483,18 @@ func (r *run) verdict(s *Summary) error {
 	}
 	var verr error
 	switch {
-	case r.o.Expect && res.Violations == 0:
+	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0:
 		verr = ErrExpected
 	case r.o.Expect:
 		verr = nil
 	case !res.Passed():
 		verr = fmt.Errorf("%w: %d (inconclusive %d)", ErrViolation, res.Violations, res.Inconclusive)
+	case len(s.Line.Violations) > 0:
+		verr = fmt.Errorf("%w: the durable line: %d, the first: %s", ErrViolation, len(s.Line.Violations), s.Line.Violations[0])
+	case len(s.Line.ReadErrors) > 0:
+		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
+	case s.Line.Contested == 0:
+		verr = fmt.Errorf("%w: no durable key was granted with waiters in line: the durable-line check checked nothing", ErrTooLittle)
 	case !ares.Passed():
 		verr = fmt.Errorf("%w: the audit history: %d problems, the first: %s", ErrViolation, len(ares.Problems), ares.Problems[0])
 	case res.Grants < s.MinGrants:
@@ -484,6 +514,41 @@ func (r *run) verdict(s *Summary) error {
 	_ = os.RemoveAll(filepath.Join(r.dir, "bin"))
 	return verr
 }
+
+// LineResult is the durable-line check over every store life.
+type LineResult struct {
+	linecheck.Result
+	Lives      int      `json:"lives"`
+	ReadErrors []string `json:"readErrors,omitempty"`
+}
+
+// readLine reads the store's history of holds and waiter keys (its life
+// so far); the gate calls it before a restore or a rebuild ends a life,
+// and at the end.
+func (r *run) readLine(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	life, err := linecheck.Read(ctx, r.cl.Client())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.lineErrs = append(r.lineErrs, err.Error())
+		return
+	}
+	r.lives = append(r.lives, life)
+}
+
+// lineVerdict checks every life read.
+func (r *run) lineVerdict() LineResult {
+	out := LineResult{Lives: len(r.lives), ReadErrors: r.lineErrs}
+	for _, life := range r.lives {
+		out.Add(linecheck.Check(life))
+	}
+	return out
+}
+
+// durableKeys are the keys taken under the durable class: the second half.
+func durableKeys(keys []string) []string { return keys[len(keys)/2:] }
 
 // postgresInstalled reports whether this machine has PostgreSQL's server
 // binaries.

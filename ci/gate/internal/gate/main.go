@@ -32,6 +32,10 @@ Examples:
   # A lockd whose grant skips the absence compare; must find a violation
   go run ./ci/gate --duration 20s --faults none --broken-build --expect-violation
 
+  # A lockd that hands a durable key to the last waiter in line; must find
+  # a violation of the durable line
+  go run ./ci/gate --duration 30s --faults none --broken-line --expect-violation
+
   # Workers whose supervised children outlive their lock (lockctl's old
   # supervision) while their lockd is stopped; must find a violation
   go run ./ci/gate --duration 40s --faults arbiter-stop --late-fence --expect-violation
@@ -56,6 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
 	fs.BoolVar(&o.Fencing, "fencing", true, "false: the store accepts writes without comparing tokens (negative control)")
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
+	fs.BoolVar(&o.BrokenLine, "broken-line", false, "build lockd handing a durable key to the last waiter in line, not the first (control)")
 	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
 	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration outside the windows restores and rebuilds close by design)")
@@ -111,6 +116,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		fmt.Fprintf(stdout, "  audit: %s\n", p)
+	}
+	l := s.Line
+	fmt.Fprintf(stdout, "durable line: %d store lives, %d grants of durable keys, %d with waiters in line, %d violations\n",
+		l.Lives, l.Grants, l.Contested, len(l.Violations))
+	for i, v := range l.Violations {
+		if i == 5 {
+			fmt.Fprintf(stdout, "  … %d more in summary.json\n", len(l.Violations)-5)
+			break
+		}
+		fmt.Fprintf(stdout, "  violation: durable line: %s\n", v)
 	}
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {

@@ -9,7 +9,8 @@ import (
 )
 
 // writeClasses writes the gate's lock classes: one fenced class with ttl,
-// and a grant per worker except worker drop (-1 keeps them all).
+// the same with durable fairness, and a grant per worker except worker
+// drop (-1 keeps them all).
 func (r *run) writeClasses(ttl time.Duration, drop int) error {
 	var ids []string
 	for i, id := range r.grantOf {
@@ -17,7 +18,8 @@ func (r *run) writeClasses(ttl time.Duration, drop int) error {
 			ids = append(ids, id)
 		}
 	}
-	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName, Resource: "gate-store", TTL: ttl}, ids)
+	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName,
+		DurableName: DurableClassName, Resource: "gate-store", TTL: ttl}, ids)
 }
 
 func workerID(i int) string { return fmt.Sprintf("spiffe://gate.local/worker/%d", i) }

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,17 +49,20 @@ const (
 
 // Options configure a worker.
 type Options struct {
-	ID        int
-	Target    string
-	Identity  string
-	Keys      []string
-	Class     string
-	History   string
-	Store     string // a postgres:// URL or the gate's http:// store
-	Seed      uint64
-	Wait      time.Duration
-	Child     bool // run each unit of work as a supervised child process
-	Reentrant bool // sometimes re-acquire the held key from a second goroutine
+	ID       int
+	Target   string
+	Identity string
+	Keys     []string
+	Class    string
+	// DurableKeys are taken under DurableClass (fairness durable) instead.
+	DurableKeys  []string
+	DurableClass string
+	History      string
+	Store        string // a postgres:// URL or the gate's http:// store
+	Seed         uint64
+	Wait         time.Duration
+	Child        bool // run each unit of work as a supervised child process
+	Reentrant    bool // sometimes re-acquire the held key from a second goroutine
 }
 
 // Run is the worker process's main: it runs until SIGTERM.
@@ -70,6 +74,8 @@ func Run(args []string) error {
 	fs.StringVar(&o.Identity, "identity", "", "SPIFFE ID (insecure loopback header)")
 	keys := fs.String("keys", "", "comma-separated keys")
 	fs.StringVar(&o.Class, "class", "", "lock class")
+	durableKeys := fs.String("durable-keys", "", "comma-separated keys taken under --durable-class")
+	fs.StringVar(&o.DurableClass, "durable-class", "", "lock class with durable fairness")
 	fs.StringVar(&o.History, "history", "", "history file")
 	fs.StringVar(&o.Store, "store", "", "store URL")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed")
@@ -80,9 +86,20 @@ func Run(args []string) error {
 		return err
 	}
 	o.Keys = strings.Split(*keys, ",")
+	if *durableKeys != "" {
+		o.DurableKeys = strings.Split(*durableKeys, ",")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return o.run(ctx)
+}
+
+// classOf is the class key is taken under.
+func (o Options) classOf(key string) string {
+	if slices.Contains(o.DurableKeys, key) {
+		return o.DurableClass
+	}
+	return o.Class
 }
 
 type worker struct {
@@ -178,7 +195,7 @@ func (w *worker) onFence(key string) func(*client.Lock) {
 func (w *worker) acquire(ctx context.Context, cli *client.Client, key string, onFence func(*client.Lock)) (*client.Lock, error) {
 	op := w.rec.Begin(history.Acquire, key, 0, 0)
 	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
-	l, err := cli.Acquire(actx, key, w.o.Class, onFence, client.Wait(w.o.Wait))
+	l, err := cli.Acquire(actx, key, w.o.classOf(key), onFence, client.Wait(w.o.Wait))
 	cancel()
 	if err != nil {
 		op.Err = err.Error()
@@ -256,7 +273,7 @@ func (w *worker) reenter(ctx context.Context, cli *client.Client, key string, he
 	time.Sleep(delay)
 	op := w.rec.Begin(history.Acquire, key, 0, 0)
 	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
-	l, err := cli.Acquire(actx, key, w.o.Class, w.onFence(key), client.Wait(w.o.Wait))
+	l, err := cli.Acquire(actx, key, w.o.classOf(key), w.onFence(key), client.Wait(w.o.Wait))
 	cancel()
 	if err != nil {
 		op.Err = err.Error()
