@@ -200,7 +200,8 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 	}
 	// Tell the holder through its keepalive answers at once (every arbiter
 	// also learns it from the record).
-	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision}, time.Now())
+	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision,
+		Requester: fr.Requester, Approver: who, Reason: fr.Reason}, time.Now())
 	if fr.RevokeSession {
 		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
 			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))

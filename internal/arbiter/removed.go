@@ -19,6 +19,8 @@ import (
 type RemovedHold struct {
 	Key          string
 	HoldRevision int64
+	// Requester and Approver are the two operators, Reason what they gave.
+	Requester, Approver, Reason string
 }
 
 // removedKeep is how long a force-released hold is named in its session's
@@ -60,8 +62,8 @@ func (r *removedHolds) add(session int64, h RemovedHold, now time.Time) {
 		}
 	}
 	for _, e := range r.by[session] {
-		if e.hold == h {
-			return
+		if e.hold.Key == h.Key && e.hold.HoldRevision == h.HoldRevision {
+			return // the same hold: told at approval, then seen in the record
 		}
 	}
 	r.by[session] = append(r.by[session], removedEntry{hold: h, at: now})
@@ -96,7 +98,8 @@ func (a *Arbiter) watchForced(ctx context.Context) {
 		if age := a.now().Sub(rec.ApprovedAt); !rec.ApprovedAt.IsZero() && age > removedKeep {
 			return
 		}
-		a.removed.add(rec.Session, RemovedHold{Key: rec.Key, HoldRevision: rec.HoldRevision}, time.Now())
+		a.removed.add(rec.Session, RemovedHold{Key: rec.Key, HoldRevision: rec.HoldRevision,
+			Requester: rec.Requester, Approver: rec.Approver, Reason: rec.Reason}, time.Now())
 	}
 	a.follow(ctx, forceRecordPrefix, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {

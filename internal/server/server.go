@@ -153,7 +153,8 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	send := func(a arbiter.KeepAliveAnswer) error {
 		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited}
 		for _, r := range a.Removed {
-			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision})
+			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision,
+				Requester: r.Requester, Approver: r.Approver, Reason: r.Reason})
 		}
 		sendMu.Lock()
 		defer sendMu.Unlock()

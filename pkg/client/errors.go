@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -37,6 +38,24 @@ var (
 	// ErrNoFence: Acquire needs an onFence callback.
 	ErrNoFence = errors.New("client: onFence is required: it is how the holder learns to stop")
 )
+
+// ForcedError is why a lock released by force was lost: the two operators
+// and their reason. errors.Is(err, ErrForced) matches it.
+type ForcedError struct {
+	// Requester asked for the force-release and Approver approved it
+	// (operator identities); Reason is what they gave.
+	Requester, Approver, Reason string
+}
+
+func (e *ForcedError) Error() string {
+	if e.Requester == "" && e.Approver == "" {
+		return ErrForced.Error()
+	}
+	return fmt.Sprintf("%s (requested by %s, approved by %s: %q)", ErrForced, e.Requester, e.Approver, e.Reason)
+}
+
+// Is reports whether target is ErrForced.
+func (e *ForcedError) Is(target error) bool { return target == ErrForced }
 
 // Refusals lockd reports with a reason. An error returned by the client
 // matches one of these with errors.Is when lockd gave that reason; it still

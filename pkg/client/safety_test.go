@@ -285,6 +285,10 @@ func TestForceReleasedHolderIsToldWithinAKeepaliveInterval(t *testing.T) {
 		if !errors.Is(err, client.ErrForced) {
 			t.Fatalf("lost with %v, want ErrForced", err)
 		}
+		var fe *client.ForcedError
+		if !errors.As(err, &fe) || fe.Requester != lockdtest.Operator || fe.Approver != lockdtest.Operator2 || fe.Reason != "test" {
+			t.Fatalf("lost with %#v, want the requester, the approver and the reason", err)
+		}
 	case <-time.After(interval + 2*time.Second):
 		t.Fatalf("the holder was not told within one keepalive interval (%s) of the force-release", interval)
 	}
@@ -298,6 +302,47 @@ func TestForceReleasedHolderIsToldWithinAKeepaliveInterval(t *testing.T) {
 	}
 	if l2.Token() == l.Token() || !holdExists(t, env, "t/forced") {
 		t.Fatal("re-acquire after the force-release returned the stale lock instead of a new grant")
+	}
+}
+
+// TestForceReleaseRevokingTheSessionSaysWhoAndWhy: a force-release that
+// also revokes the holder's session ends the forced lock with who and why,
+// not only "session expired"; the session's other locks expire.
+func TestForceReleaseRevokingTheSessionSaysWhoAndWhy(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	c := env.Client(t, lockdtest.Alice)
+	lost := make(chan error, 2)
+	onFence := func(l *client.Lock) { lost <- l.Err() }
+	forced, err := c.Acquire(t.Context(), "t/revoked/a", "std", onFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Acquire(t.Context(), "t/revoked/b", "std", onFence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, op1 := env.Raw(t, lockdtest.Operator)
+	_, op2 := env.Raw(t, lockdtest.Operator2)
+	req, err := op1.RequestForceRelease(t.Context(), &lockv1.RequestForceReleaseRequest{Key: "t/revoked/a", Reason: "stuck migration", RevokeSession: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op2.ApproveForceRelease(t.Context(), &lockv1.ApproveForceReleaseRequest{Id: req.GetForceRelease().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-lost:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the locks were not lost within a keepalive interval")
+		}
+	}
+	var fe *client.ForcedError
+	if err := forced.Err(); !errors.As(err, &fe) || fe.Approver != lockdtest.Operator2 || fe.Reason != "stuck migration" {
+		t.Errorf("the forced lock ended with %v, want who forced it and why", err)
+	}
+	if err := other.Err(); !errors.Is(err, client.ErrExpired) {
+		t.Errorf("the session's other lock ended with %v, want ErrExpired", err)
 	}
 }
 

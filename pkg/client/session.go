@@ -228,12 +228,9 @@ func (s *session) onAnswer(a answer) {
 	if a.sent.After(s.lastAns) {
 		s.lastAns = a.sent
 	}
-	if a.ttl <= 0 {
-		s.mu.Unlock()
-		s.c.log.Warn("lock session expired", "session", s.id)
-		s.lose(ErrExpired, true)
-		return
-	}
+	// Holds released by force first: a force-release that also revoked the
+	// session names the hold it was asked for, and its holder is told who
+	// and why, not only that the session expired.
 	var fenced []*Lock
 	for _, r := range a.removed {
 		h := s.holds[r.GetKey()]
@@ -241,8 +238,16 @@ func (s *session) onAnswer(a answer) {
 			continue
 		}
 		s.removed[r.GetHoldRevision()] = true
-		s.c.log.Warn("lock lost: released by force by operators", "key", h.key, "session", s.id)
-		fenced = append(fenced, s.loseHoldLocked(h, ErrForced)...)
+		s.c.log.Warn("lock lost: released by force by operators", "key", h.key, "session", s.id,
+			"requester", r.GetRequester(), "approver", r.GetApprover(), "reason", r.GetReason())
+		fenced = append(fenced, s.loseHoldLocked(h, &ForcedError{Requester: r.GetRequester(), Approver: r.GetApprover(), Reason: r.GetReason()})...)
+	}
+	if a.ttl <= 0 {
+		s.mu.Unlock()
+		runFences(fenced)
+		s.c.log.Warn("lock session expired", "session", s.id)
+		s.lose(ErrExpired, true)
+		return
 	}
 	if a.epoch > s.epoch {
 		s.epoch = a.epoch

@@ -1099,7 +1099,12 @@ type RemovedHold struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// The revision of the hold that was removed (the token's revision): a
 	// later hold of the same key by the same session is not affected.
-	HoldRevision  int64 `protobuf:"varint,2,opt,name=hold_revision,json=holdRevision,proto3" json:"hold_revision,omitempty"`
+	HoldRevision int64 `protobuf:"varint,2,opt,name=hold_revision,json=holdRevision,proto3" json:"hold_revision,omitempty"`
+	// The operator who asked for the force-release, the one who approved it,
+	// and the reason they gave.
+	Requester     string `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	Approver      string `protobuf:"bytes,4,opt,name=approver,proto3" json:"approver,omitempty"`
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1151,27 @@ func (x *RemovedHold) GetHoldRevision() int64 {
 		return x.HoldRevision
 	}
 	return 0
+}
+
+func (x *RemovedHold) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *RemovedHold) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *RemovedHold) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // CloseSessionRequest ends a session.
@@ -3898,10 +3924,13 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x03(\v2\x14.lock.v1.RemovedHoldR\aremoved\x12\x1e\n" +
 	"\n" +
 	"uncredited\x18\x05 \x01(\bR\n" +
-	"uncredited\"D\n" +
+	"uncredited\"\x96\x01\n" +
 	"\vRemovedHold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
-	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\"4\n" +
+	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\x12\x1c\n" +
+	"\trequester\x18\x03 \x01(\tR\trequester\x12\x1a\n" +
+	"\bapprover\x18\x04 \x01(\tR\bapprover\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"\x16\n" +

@@ -274,6 +274,10 @@ func lostReason(err error) string {
 	case errors.Is(err, client.ErrDeadline):
 		return "no keepalive reached lockd before the local deadline: lockd or etcd unreachable"
 	case errors.Is(err, client.ErrForced):
+		var fe *client.ForcedError
+		if errors.As(err, &fe) && fe.Approver != "" {
+			return fmt.Sprintf("released by force by operators: requested by %s, approved by %s (%q)", fe.Requester, fe.Approver, fe.Reason)
+		}
 		return "released by force by operators"
 	case errors.Is(err, client.ErrEpoch):
 		return "the store was restored and the epoch advanced"
