@@ -401,25 +401,24 @@ func (a *Arbiter) uncountWaiterLocked(identity string) {
 // handoffDurable, when key has durable waiters, releases the hold matching
 // cmp and grants the key to the head of the line in the same transaction:
 // the head's hold is put on its session's lease and its waiter key is
-// deleted, comparing that it is still the head. The line is read first
-// without consensus (a serializable read, possibly stale): the transaction's
-// compares decide. done is false when there was nobody in line to hand to
-// (or the line kept changing); the caller then releases as usual.
+// deleted, comparing that it is still the head. The head is taken from
+// this arbiter's view of the line, kept for the waiters it serves (nothing
+// is read on a release of a key none of whose waiters is served here); the
+// transaction's compares decide. done is false when there was nobody in
+// line to hand to (or the line kept changing); the caller then releases as
+// usual.
 func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState, session, rev int64) (done bool, err error) {
 	qr := keyspace.QueueRange(key)
 	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
-	head := a.viewHead(key)
 	if brokenLineOrder {
-		head, first = nil, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}
+		first[1] = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)
 	}
+	head := a.viewHead(key, brokenLineOrder)
 	if head == nil {
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Get(cctx, qr, append(first, clientv3.WithSerializable())...)
-		cancel()
-		if err != nil || len(resp.Kvs) == 0 {
-			return false, nil // nobody in line as far as this member knows: release as usual
-		}
-		head = resp.Kvs[0]
+		// No waiter of the key's line is served here (with key-affine
+		// routing, none is anywhere): release as usual. A head waiting
+		// on another arbiter sees the hold go and tries its own grant.
+		return false, nil
 	}
 	for range 3 {
 		w, err := keyspace.DecodeWaiter(head.Value)

@@ -245,8 +245,9 @@ func (v *lineView) glance(pos linePos) (att attempt, ok bool) {
 }
 
 // viewHead is the view's head of the line, for a release to hand the key to
-// (nil: no view, not read yet, or nobody in line).
-func (a *Arbiter) viewHead(key string) *mvccpb.KeyValue {
+// (nil: no view, not read yet, or nobody in line). last picks the last
+// waiter instead: only the deliberately broken build does (brokenLineOrder).
+func (a *Arbiter) viewHead(key string, last bool) *mvccpb.KeyValue {
 	a.qmu.Lock()
 	v := a.lines[key]
 	a.qmu.Unlock()
@@ -257,6 +258,15 @@ func (a *Arbiter) viewHead(key string) *mvccpb.KeyValue {
 	defer v.mu.Unlock()
 	if !v.ready {
 		return nil
+	}
+	if last {
+		var t *mvccpb.KeyValue
+		for _, kv := range v.line {
+			if t == nil || kv.CreateRevision > t.CreateRevision {
+				t = kv
+			}
+		}
+		return t
 	}
 	return v.headLocked()
 }
