@@ -330,6 +330,7 @@ func TestRepositoryClassesAreValid(t *testing.T) {
 	}{
 		{"demo", "demo", EnforcementAdvisory, 30 * time.Second, TierEntity},
 		{"demo", "demo-fast", EnforcementFenced, 5 * time.Second, TierEntity},
+		{"demo", "demo-line", EnforcementAdvisory, 30 * time.Second, TierEntity},
 		{"payments", "ledger-writes", EnforcementFenced, 15 * time.Second, TierEntity},
 		{"payments", "report-export", EnforcementAdvisory, 60 * time.Second, TierEntity},
 		{"platform", "leader-election", EnforcementFenced, 15 * time.Second, TierCoord},
