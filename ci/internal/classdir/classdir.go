@@ -27,33 +27,9 @@ func Write(dir string, c Fenced, identities []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, c.Namespace), 0o755); err != nil {
 		return err
 	}
-	cls := fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  purpose: correctness
-  enforcement: fenced
-  ttl: %s
-  tier: entity
-  resource: %s
-`, c.Name, c.Namespace, c.TTL, c.Resource)
+	cls := classDoc(c.Name, c.Namespace, c.TTL, "", c.Resource)
 	if c.DurableName != "" {
-		cls += fmt.Sprintf(`---
-apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  purpose: correctness
-  enforcement: fenced
-  ttl: %s
-  tier: entity
-  fairness: durable
-  resource: %s
-`, c.DurableName, c.Namespace, c.TTL, c.Resource)
+		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL, "  fairness: durable\n", c.Resource)
 	}
 	var b strings.Builder
 	for i, id := range identities {
@@ -77,4 +53,20 @@ func writeAtomic(path, body string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// classDoc is one fenced LockClass document; extra is spec lines to add.
+func classDoc(name, namespace string, ttl time.Duration, extra, resource string) string {
+	return fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  purpose: correctness
+  enforcement: fenced
+  ttl: %s
+  tier: entity
+%s  resource: %s
+`, name, namespace, ttl, extra, resource)
 }
