@@ -19,26 +19,31 @@ import (
 // A waiter is a key under the key's durable line, /q/<key>#<session>, on
 // the waiter's session lease; its create revision is its place in line. The
 // head is the waiter with the lowest create revision, and only the head is
-// granted: its grant transaction compares that its own waiter key is the one
-// it created and that no waiter key of the key was created before it, and
-// deletes its waiter key with the hold's put. Every other grant of the key,
-// of any class, compares the line empty (tryGrant, handoff). So a waiter
-// that is not head is never granted, whichever arbiter serves it and across
-// arbiter restarts.
+// granted, always by a transaction that compares its waiter key's create
+// revision and that no waiter key of the key was created before it, and
+// deletes its waiter key with the hold's put: the release handing the key
+// over (handoffDurable), or the head's own attempt when the key is free.
+// Every other grant of the key, of any class, compares the line empty
+// (tryGrant, the best-effort handoff). So a waiter that is not head is
+// never granted, whichever arbiter serves it and across arbiter restarts.
 //
-// A waiter that is not head watches only its predecessor's key; the head
-// watches the hold. Both also poll every PollInterval (with jitter): a
-// watch is a hint. A waiter whose session dies leaves the line with its
-// lease. One whose caller gave up leaves it at once; one whose arbiter shut
-// down or died keeps its place, so a caller that asks again on the same
-// session (the Go client does, within its wait) resumes it. A waiter
-// abandoned by a caller that is still alive is removed by the waiter behind
-// it once its recorded deadline is staleWaiterGrace behind the remover's
-// clock: clocks decide only when a stale waiter goes, never a grant.
+// A newcomer that will wait joins the line in its refused attempt's own
+// transaction. Each arbiter keeps one view of a key's line and hold for the
+// waiters it serves (lineview.go); it wakes a waiter when the one ahead of
+// it goes, the head when the hold goes, and any waiter whose own key goes;
+// waiters also poll every PollInterval (with jitter). Nothing the view shows
+// is acted on but "keep waiting": anything else is read again linearizably.
+// A waiter whose session dies leaves the line with its lease. One whose
+// caller gave up leaves it at once; one whose arbiter drained or died keeps
+// its place, so a caller that asks again on the same session (the Go client
+// does, within its wait) resumes it. A waiter abandoned by a caller that is
+// still alive is removed by the waiter behind it once its recorded deadline
+// is staleWaiterGrace behind the remover's clock: clocks decide only when a
+// stale waiter goes, never a grant.
 //
-// The cost: a waiter's put and the delete in its grant are two writes more
-// than a best-effort grant, and a grant of a key with durable waiters is
-// never handed over in the release's own transaction.
+// The cost: one write per waiter more than a best-effort grant (joining;
+// it leaves in its grant's transaction, or with one more write if it gives
+// up), and the head compare reads the whole line in etcd's apply.
 
 // staleWaiterGrace is how long past its recorded deadline a waiter must be
 // before another waiter removes it.
