@@ -100,6 +100,11 @@ func TestCompactionPastTheCheckpointWritesAGapAfterTheLagGaugeWarned(t *testing.
 		t.Fatalf("gap %d..%d (%q); want it to start after %d (the last stored row), at or before %d (the first lost one), and reach %d (the compaction)",
 			g.GapFrom, g.GapTo, g.Reason, lastStored, lostRev, resp.Header.Revision)
 	}
+	// The tailer counts the gap once its row is stored: the row can be seen
+	// a moment before the count moves (CI, under load, did).
+	lockdtest.WaitFor(t, 5*time.Second, "lockd_audit_gaps_total at 1", func() bool {
+		return counter(t, reg, "lockd_audit_gaps_total", cluster) == 1
+	})
 	if n := counter(t, reg, "lockd_audit_gaps_total", cluster); n != 1 {
 		t.Fatalf("lockd_audit_gaps_total = %v, want 1", n)
 	}

@@ -125,7 +125,7 @@ func TestLoadListsClassesLockdRefuses(t *testing.T) {
 		got = append(got, row.Namespace+"/"+row.Class)
 	}
 	require.Equal(t, []string{"legacy/sweeper", "legacy/cron", "search/reindex", "platform/a-cache", "platform/cache-warm", "payments/report-export"}, got)
-	require.Equal(t, []string{"testdata/classes has 2 problem(s) (run class-lint check testdata/classes); classes that could not be read are left out"}, r.Notes)
+	require.Equal(t, []string{"testdata/classes has 1 problem(s) (run class-lint check testdata/classes); classes that could not be read are left out"}, r.Notes)
 
 	_, err = Load("testdata/nope", now)
 	require.ErrorContains(t, err, "testdata/nope")

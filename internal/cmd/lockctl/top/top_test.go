@@ -85,7 +85,7 @@ func TestOnceAgainstLockd(t *testing.T) {
 	require.NoError(t, cmd.ExecuteContext(t.Context()))
 	var s Snapshot
 	require.NoError(t, json.Unmarshal(out.Bytes(), &s))
-	require.Len(t, s.Classes, 2)
+	require.Len(t, s.Classes, 3) // std, fast and fifo, every class of namespace t
 	require.Equal(t, "std", s.Classes[0].Class, "the contended class sorts first")
 	require.Equal(t, 1, s.Classes[0].Waiters)
 	require.Equal(t, uint64(1), s.Classes[0].Grants, "lockd's own statistics are merged in")
