@@ -156,10 +156,9 @@ type Arbiter struct {
 	qmu     sync.Mutex
 	queues  map[string]*queue
 	waiters map[string]int // identity -> waiters queued here (qmu)
-	// durableHere counts, per key, the waiters of its durable line this
-	// arbiter serves, and lines are the views of those lines (qmu).
-	durableHere map[string]int
-	lines       map[string]*lineView
+	// lines are the views of the durable lines this arbiter serves
+	// waiters of, by key (qmu).
+	lines map[string]*lineView
 
 	sessions   sync.Map // int64 -> *sessionInfo
 	smu        sync.Mutex
@@ -210,7 +209,6 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		validate:    validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
 		queues:      map[string]*queue{},
 		waiters:     map[string]int{},
-		durableHere: map[string]int{},
 		lines:       map[string]*lineView{},
 		sessionsBy:  map[string]int{},
 		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),

@@ -58,10 +58,10 @@ func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *c
 	deadline := time.Now().Add(req.Wait)
 	first := linePos{}
 	if req.Wait > 0 {
-		if err := a.countWaiter(req.Caller.String(), req.Key); err != nil {
+		if err := a.countWaiter(req.Caller.String()); err != nil {
 			return Grant{}, err
 		}
-		defer a.uncountWaiter(req.Caller.String(), req.Key)
+		defer a.uncountWaiter(req.Caller.String())
 		first.join = d.record(nil, deadline)
 	}
 	att, err := d.attempt(ctx, first)
@@ -365,16 +365,11 @@ func (d *durable) removeStale(ctx context.Context, ahead *mvccpb.KeyValue) bool 
 	return true
 }
 
-// countWaiter counts a durable waiter of identity for key, against the
-// identity's quota.
-func (a *Arbiter) countWaiter(identity, key string) error {
+// countWaiter counts a durable waiter of identity against its quota.
+func (a *Arbiter) countWaiter(identity string) error {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
-	if err := a.countWaiterLocked(identity); err != nil {
-		return err
-	}
-	a.durableHere[key]++
-	return nil
+	return a.countWaiterLocked(identity)
 }
 
 // countWaiterLocked counts a waiter of identity against its quota; the
@@ -388,13 +383,10 @@ func (a *Arbiter) countWaiterLocked(identity string) error {
 	return nil
 }
 
-func (a *Arbiter) uncountWaiter(identity, key string) {
+func (a *Arbiter) uncountWaiter(identity string) {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
 	a.uncountWaiterLocked(identity)
-	if a.durableHere[key]--; a.durableHere[key] <= 0 {
-		delete(a.durableHere, key)
-	}
 }
 
 func (a *Arbiter) uncountWaiterLocked(identity string) {

@@ -53,6 +53,29 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func noFence(*client.Lock) {}
 
+// within is the first value on ch within d; it fails the test without one.
+func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("no %s within %s", what, d)
+		return nil
+	}
+}
+
+// putWaiter puts session's waiter key for key in its durable line (on its
+// lease) as if an arbiter had: one that then died, or whose caller left.
+func putWaiter(t *testing.T, env *lockdtest.Env, key string, session int64, queued, deadline time.Time) {
+	t.Helper()
+	rec, _ := json.Marshal(keyspace.Waiter{Identity: lockdtest.Bob, Session: session, Class: "t/fifo",
+		QueuedAt: queued.UnixNano(), Deadline: deadline.UnixNano()})
+	if _, err := env.Backend.Client.Put(t.Context(), keyspace.QueueKey(key, session), string(rec), clientv3.WithLease(clientv3.LeaseID(session))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDurableWaitersAreGrantedInArrivalOrderAcrossArbiters: waiters that
 // joined a durable line through two arbiters, alternating, are granted in
 // the order they joined, whichever arbiter serves each.
@@ -114,13 +137,8 @@ func TestNotHeadIsNeverGranted(t *testing.T) {
 	// line, on a live session, and nobody is serving it.
 	lc, _ := env.Raw(t, lockdtest.Bob)
 	bob := openSession(t, lc, 5*time.Second)
-	stop := keepRenewing(t, lc, bob)
-	defer stop()
-	rec, _ := json.Marshal(keyspace.Waiter{Identity: lockdtest.Bob, Session: bob, Class: "t/fifo",
-		QueuedAt: time.Now().UnixNano(), Deadline: time.Now().Add(time.Minute).UnixNano()})
-	if _, err := env.Backend.Client.Put(t.Context(), keyspace.QueueKey(key, bob), string(rec), clientv3.WithLease(clientv3.LeaseID(bob))); err != nil {
-		t.Fatal(err)
-	}
+	defer keepRenewing(t, lc, bob)()
+	putWaiter(t, env, key, bob, time.Now(), time.Now().Add(time.Minute))
 
 	alice, _ := env.Raw(t, lockdtest.Alice)
 	for _, tc := range []struct {
@@ -206,13 +224,8 @@ func TestDurableWaiterKeepsItsPlaceAcrossAnArbiterRestart(t *testing.T) {
 	if _, err := w0a.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: w0, Key: key, Token: got.GetToken().GetValue()}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-w1done:
-		if err != nil {
-			t.Fatalf("w1 after w0: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("w1 not granted after w0 released")
+	if err := within(t, w1done, 5*time.Second, "w1's grant after w0 released"); err != nil {
+		t.Fatalf("w1 after w0: %v", err)
 	}
 }
 
@@ -250,23 +263,13 @@ func TestDurableWaiterWhoseSessionDiesLeavesTheLine(t *testing.T) {
 	if err := holder.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-dyingDone:
-		// Its own arbiter granted it (head, free), and its session then
-		// lapsed: also fine, as long as the one behind comes next.
-		if err != nil && !errors.Is(client.Decode(err), client.ErrSessionNotFound) {
-			t.Fatalf("the dying waiter: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the dying waiter's wait did not end with its session")
+	// Its own arbiter may have granted it (head, free) before its session
+	// lapsed: also fine, as long as the one behind comes next.
+	if err := within(t, dyingDone, 10*time.Second, "the end of the dying waiter's wait"); err != nil && !errors.Is(client.Decode(err), client.ErrSessionNotFound) {
+		t.Fatalf("the dying waiter: %v", err)
 	}
-	select {
-	case err := <-granted:
-		if err != nil {
-			t.Fatalf("the waiter behind: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter behind was not granted after the one ahead lapsed")
+	if err := within(t, granted, 10*time.Second, "the grant of the waiter behind"); err != nil {
+		t.Fatalf("the waiter behind: %v", err)
 	}
 }
 
@@ -279,11 +282,7 @@ func TestAbandonedDurableWaiterIsRemoved(t *testing.T) {
 	bob := openSession(t, lc, 5*time.Second)
 	defer keepRenewing(t, lc, bob)()
 	past := time.Now().Add(-time.Hour)
-	rec, _ := json.Marshal(keyspace.Waiter{Identity: lockdtest.Bob, Session: bob, Class: "t/fifo",
-		QueuedAt: past.UnixNano(), Deadline: past.Add(time.Minute).UnixNano()})
-	if _, err := env.Backend.Client.Put(t.Context(), keyspace.QueueKey(key, bob), string(rec), clientv3.WithLease(clientv3.LeaseID(bob))); err != nil {
-		t.Fatal(err)
-	}
+	putWaiter(t, env, key, bob, past, past.Add(time.Minute))
 	l, err := env.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence, client.Wait(5*time.Second))
 	if err != nil {
 		t.Fatalf("behind an abandoned waiter: %v", err)
@@ -311,6 +310,10 @@ func TestInspectShowsTheDurableLineInOrder(t *testing.T) {
 		go func() { _, _ = c.Acquire(ctx, key, "fifo", noFence, client.Wait(30*time.Second)) }()
 		eventually(t, 5*time.Second, "in line", func() bool { return lineLen(t, a.Backend.Client, key) == int64(i+1) })
 	}
+	// Each lockd counts the waiter it serves (ListHolds and top's hot keys).
+	eventually(t, 5*time.Second, "one waiter served on each lockd", func() bool {
+		return a.Arbiter.QueueLen(key) == 1 && b.Arbiter.QueueLen(key) == 1
+	})
 	for _, env := range []*lockdtest.Env{a, b} {
 		lc, _ := env.Raw(t, lockdtest.Alice)
 		in, err := lc.Inspect(t.Context(), &lockv1.InspectRequest{Key: key})

@@ -251,7 +251,6 @@ func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos) {
 		att.own = &mvccpb.KeyValue{CreateRevision: resp.Header.Revision}
 		att.joined = true
 	}
-
 }
 
 // ownAt reports whether own is a waiter key created at rev.

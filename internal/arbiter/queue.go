@@ -208,9 +208,14 @@ func (a *Arbiter) wakeHead(key string) {
 func (a *Arbiter) QueueLen(key string) int {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
-	n := a.durableHere[key]
+	n := 0
 	if q := a.queues[key]; q != nil {
 		n += len(q.waiters)
+	}
+	if v := a.lines[key]; v != nil {
+		v.mu.Lock()
+		n += len(v.waiters)
+		v.mu.Unlock()
 	}
 	return n
 }
