@@ -1022,9 +1022,13 @@ type KeepAliveResponse struct {
 	// recently enough to vouch for it: treat it as unanswered (it extends
 	// nothing). Every request is answered once, in order, so answers can be
 	// matched to requests.
-	Uncredited    bool `protobuf:"varint,5,opt,name=uncredited,proto3" json:"uncredited,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Uncredited bool `protobuf:"varint,5,opt,name=uncredited,proto3" json:"uncredited,omitempty"`
+	// True with ttl zero when the session was one lockd opened without a
+	// quorum (for unprotected grants) and it ended because quorum returned:
+	// its unprotected holds are gone. Open a new session to lock again.
+	UnprotectedEnded bool `protobuf:"varint,6,opt,name=unprotected_ended,json=unprotectedEnded,proto3" json:"unprotected_ended,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *KeepAliveResponse) Reset() {
@@ -1088,6 +1092,13 @@ func (x *KeepAliveResponse) GetRemoved() []*RemovedHold {
 func (x *KeepAliveResponse) GetUncredited() bool {
 	if x != nil {
 		return x.Uncredited
+	}
+	return false
+}
+
+func (x *KeepAliveResponse) GetUnprotectedEnded() bool {
+	if x != nil {
+		return x.UnprotectedEnded
 	}
 	return false
 }
@@ -1664,7 +1675,16 @@ type AcquireResponse struct {
 	// The fencing token.
 	Token *Token `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	// When the hold was granted, by the arbiter's clock (diagnostics only).
-	AcquiredAt    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
+	// True for a grant made from memory while lockd had no etcd quorum, for a
+	// class with onQuorumLoss: open. The token is 0, which every fence
+	// rejects; another holder may hold the key at the same time. It is
+	// recorded and shipped to the history when quorum returns.
+	Unprotected bool `protobuf:"varint,3,opt,name=unprotected,proto3" json:"unprotected,omitempty"`
+	// The lockd that made an unprotected grant (its arbiter ID), and the
+	// grant's sequence number in that lockd's spool.
+	ArbiterId     string `protobuf:"bytes,4,opt,name=arbiter_id,json=arbiterId,proto3" json:"arbiter_id,omitempty"`
+	SpoolSeq      uint64 `protobuf:"varint,5,opt,name=spool_seq,json=spoolSeq,proto3" json:"spool_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1711,6 +1731,27 @@ func (x *AcquireResponse) GetAcquiredAt() *timestamppb.Timestamp {
 		return x.AcquiredAt
 	}
 	return nil
+}
+
+func (x *AcquireResponse) GetUnprotected() bool {
+	if x != nil {
+		return x.Unprotected
+	}
+	return false
+}
+
+func (x *AcquireResponse) GetArbiterId() string {
+	if x != nil {
+		return x.ArbiterId
+	}
+	return ""
+}
+
+func (x *AcquireResponse) GetSpoolSeq() uint64 {
+	if x != nil {
+		return x.SpoolSeq
+	}
+	return 0
 }
 
 // ReleaseRequest ends a hold.
@@ -3452,7 +3493,7 @@ type HistoryEvent struct {
 	Revision  int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Key       string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// grant, release, handoff, expiry, session-close, force-release,
-	// epoch-advance or gap.
+	// epoch-advance, gap or unprotected-grant.
 	Kind  string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
 	// When the tailer read the revision (etcd keeps no commit time).
@@ -3476,8 +3517,14 @@ type HistoryEvent struct {
 	FromEpoch uint32 `protobuf:"varint,20,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
 	ToEpoch   uint32 `protobuf:"varint,21,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
 	// A gap: the revisions missing, inclusive.
-	GapFrom       int64 `protobuf:"varint,22,opt,name=gap_from,json=gapFrom,proto3" json:"gap_from,omitempty"`
-	GapTo         int64 `protobuf:"varint,23,opt,name=gap_to,json=gapTo,proto3" json:"gap_to,omitempty"`
+	GapFrom int64 `protobuf:"varint,22,opt,name=gap_from,json=gapFrom,proto3" json:"gap_from,omitempty"`
+	GapTo   int64 `protobuf:"varint,23,opt,name=gap_to,json=gapTo,proto3" json:"gap_to,omitempty"`
+	// An unprotected grant (kind unprotected-grant): made from memory without
+	// a quorum by the lockd arbiter_id, number spool_seq in its spool, shipped
+	// at revision. Its token is 0.
+	Unprotected   bool   `protobuf:"varint,24,opt,name=unprotected,proto3" json:"unprotected,omitempty"`
+	ArbiterId     string `protobuf:"bytes,25,opt,name=arbiter_id,json=arbiterId,proto3" json:"arbiter_id,omitempty"`
+	SpoolSeq      uint64 `protobuf:"varint,26,opt,name=spool_seq,json=spoolSeq,proto3" json:"spool_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3669,6 +3716,27 @@ func (x *HistoryEvent) GetGapFrom() int64 {
 func (x *HistoryEvent) GetGapTo() int64 {
 	if x != nil {
 		return x.GapTo
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetUnprotected() bool {
+	if x != nil {
+		return x.Unprotected
+	}
+	return false
+}
+
+func (x *HistoryEvent) GetArbiterId() string {
+	if x != nil {
+		return x.ArbiterId
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetSpoolSeq() uint64 {
+	if x != nil {
+		return x.SpoolSeq
 	}
 	return 0
 }
@@ -3915,7 +3983,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xc5\x01\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xf2\x01\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
@@ -3924,7 +3992,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x03(\v2\x14.lock.v1.RemovedHoldR\aremoved\x12\x1e\n" +
 	"\n" +
 	"uncredited\x18\x05 \x01(\bR\n" +
-	"uncredited\"\x96\x01\n" +
+	"uncredited\x12+\n" +
+	"\x11unprotected_ended\x18\x06 \x01(\bR\x10unprotectedEnded\"\x96\x01\n" +
 	"\vRemovedHold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\x12\x1c\n" +
@@ -3963,11 +4032,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"t\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xd2\x01\n" +
 	"\x0fAcquireResponse\x12$\n" +
 	"\x05token\x18\x01 \x01(\v2\x0e.lock.v1.TokenR\x05token\x12;\n" +
 	"\vacquired_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"acquiredAt\"W\n" +
+	"acquiredAt\x12 \n" +
+	"\vunprotected\x18\x03 \x01(\bR\vunprotected\x12\x1d\n" +
+	"\n" +
+	"arbiter_id\x18\x04 \x01(\tR\tarbiterId\x12\x1b\n" +
+	"\tspool_seq\x18\x05 \x01(\x04R\bspoolSeq\"W\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
@@ -4089,7 +4162,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\"^\n" +
 	"\x0fHistoryResponse\x12-\n" +
 	"\x06events\x18\x01 \x03(\v2\x15.lock.v1.HistoryEventR\x06events\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xad\x06\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8b\a\n" +
 	"\fHistoryEvent\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x06R\tclusterId\x12\x14\n" +
@@ -4120,7 +4193,11 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"from_epoch\x18\x14 \x01(\rR\tfromEpoch\x12\x19\n" +
 	"\bto_epoch\x18\x15 \x01(\rR\atoEpoch\x12\x19\n" +
 	"\bgap_from\x18\x16 \x01(\x03R\agapFrom\x12\x15\n" +
-	"\x06gap_to\x18\x17 \x01(\x03R\x05gapTo\"y\n" +
+	"\x06gap_to\x18\x17 \x01(\x03R\x05gapTo\x12 \n" +
+	"\vunprotected\x18\x18 \x01(\bR\vunprotected\x12\x1d\n" +
+	"\n" +
+	"arbiter_id\x18\x19 \x01(\tR\tarbiterId\x12\x1b\n" +
+	"\tspool_seq\x18\x1a \x01(\x04R\bspoolSeq\"y\n" +
 	"\x13HistoryStatsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"G\n" +
