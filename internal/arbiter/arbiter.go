@@ -34,6 +34,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/internal/spool"
 )
 
 // Key layout in etcd.
@@ -96,6 +97,18 @@ type Config struct {
 	// (defaults DefaultValidateRate and DefaultValidateBurst).
 	ValidateRate  float64
 	ValidateBurst int
+	// SpoolDir, when set, turns the open posture on (open.go): the
+	// directory of the spool that records unprotected grants. Without it,
+	// a class with onQuorumLoss: open is closed on quorum loss like any.
+	SpoolDir string
+	// ArbiterID names this arbiter in unprotected grants and their
+	// history; required with SpoolDir, and stable across restarts (the
+	// spool's sequence numbers are per arbiter).
+	ArbiterID string
+	// OpenAfter is how long without a quorum read the arbiter waits before
+	// granting open classes from memory (default DefaultOpenAfter, at least
+	// MinOpenAfter; make it longer than the etcd cluster's election).
+	OpenAfter time.Duration
 }
 
 // Default per-identity quotas on one arbiter.
@@ -168,6 +181,12 @@ type Arbiter struct {
 
 	removed removedHolds // force-released holds, for keepalive answers
 
+	open *openState // the open posture; nil without a spool
+	// readsFailing is when epoch reads started failing, as time since
+	// monoBase plus one; 0 while they succeed (noQuorumFor).
+	readsFailing atomic.Int64
+	monoBase     time.Time
+
 	validate validateLimits
 
 	bg     context.Context // ends at Close
@@ -216,6 +235,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		closed:      make(chan struct{}),
 		draining:    make(chan struct{}),
 		reloadMu:    make(chanMutex, 1),
+		monoBase:    time.Now(),
 	}
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
@@ -232,6 +252,24 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		a.metrics = NewMetrics(nil, nil)
 	}
 	a.policy.Store(policy)
+	if cfg.SpoolDir != "" {
+		sp, rec, err := spool.Open(cfg.SpoolDir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: SpoolDir: %w", ErrInvalidConfig, err)
+		}
+		left, err := sp.Unshipped()
+		if err != nil {
+			_ = sp.Close()
+			return nil, fmt.Errorf("%w: SpoolDir: %w", ErrInvalidConfig, err)
+		}
+		if rec.TruncatedBytes > 0 {
+			a.log.Warn("spool: a torn tail was truncated (no grant it held had been answered)", "bytes", rec.TruncatedBytes, "why", rec.TruncateReason)
+		}
+		if len(left) > 0 {
+			a.log.Warn("spool: unprotected grants not yet shipped; they are shipped once the store answers", "grants", len(left))
+		}
+		a.open = newOpenState(cmp.Or(cfg.OpenAfter, DefaultOpenAfter), cfg.ArbiterID, sp, len(left) > 0)
+	}
 	return a, nil
 }
 
@@ -264,6 +302,10 @@ func (a *Arbiter) Start(ctx context.Context) error {
 	}
 	age := func() time.Duration { return time.Since(a.epoch.Load().readAt) }
 	a.metrics.epochReadAt.Store(&age)
+	if a.open != nil {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.postureLoop(a.bg) }()
+	}
 	a.wg.Add(4)
 	go func() { defer a.wg.Done(); a.refreshEpochLoop(a.bg) }()
 	go func() { defer a.wg.Done(); a.watchSessions(a.bg) }()
@@ -295,6 +337,11 @@ func (a *Arbiter) Close() {
 	}
 	a.qmu.Unlock()
 	a.wg.Wait()
+	if a.open != nil {
+		if err := a.open.sp.Close(); err != nil {
+			a.log.Warn("spool close failed", "err", err)
+		}
+	}
 }
 
 // callCtx derives the context for one etcd call: the arbiter's request

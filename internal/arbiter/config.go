@@ -67,6 +67,12 @@ func (cfg *Config) validate(policy *Policy) error {
 	if cfg.ValidateBurst < 0 {
 		add("ValidateBurst", "must be positive, or zero for the default; got %d", cfg.ValidateBurst)
 	}
+	switch {
+	case cfg.SpoolDir != "" && cfg.ArbiterID == "":
+		add("ArbiterID", "required with SpoolDir (unprotected grants are shipped under it)")
+	case cfg.OpenAfter != 0 && cfg.OpenAfter < MinOpenAfter:
+		add("OpenAfter", "must be at least %s (longer than an etcd election), or zero for the default; got %s", MinOpenAfter, cfg.OpenAfter)
+	}
 	for i, op := range cfg.Operators {
 		if _, err := spiffeid.FromString(op); err != nil {
 			add(fmt.Sprintf("Operators[%d]", i), "%q is not a SPIFFE ID: %v", op, err)

@@ -340,6 +340,9 @@ func (a *Arbiter) reloadEpochLocked(ctx context.Context) (int64, error) {
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Get(cctx, epochKey)
+	if ctx.Err() == nil {
+		a.noteEpochRead(err)
+	}
 	if err != nil {
 		return 0, storeErr(ctx, err)
 	}

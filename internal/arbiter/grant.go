@@ -45,6 +45,12 @@ type Grant struct {
 	Revision int64
 	// AcquiredAt is the arbiter's clock at the grant (diagnostics only).
 	AcquiredAt time.Time
+	// Unprotected: granted from memory without a quorum (open.go). Token
+	// is 0, which every fence rejects; another holder may hold the key at
+	// the same time. Arbiter and SpoolSeq name the grant in the history.
+	Unprotected bool
+	Arbiter     string
+	SpoolSeq    uint64
 }
 
 // holdRecord is the value of /l/<key>, on the holder's session lease.
@@ -417,6 +423,11 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if st := a.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}
+	if a.open != nil {
+		if g, handled, err := a.acquireWithoutQuorum(ctx, req, cls); handled {
+			return g, err
+		}
+	}
 	sess, err := a.session(ctx, req.Caller.String(), req.Session)
 	if err != nil {
 		return Grant{}, err
@@ -543,6 +554,9 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 	}
 	if !a.policy.Load().Authz.Allow(who, key) {
 		return false, authz.ErrDenied
+	}
+	if isLocal(session) && a.open != nil {
+		return a.releaseOpen(who, session, key, tok)
 	}
 	if _, err := a.session(ctx, who, session); err != nil {
 		return false, err

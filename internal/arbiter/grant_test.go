@@ -27,10 +27,14 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// TestMain doubles as a lock holder process for the SIGKILL test.
+// TestMain doubles as a lock holder process for the SIGKILL test, and as
+// a lockd for the open posture's (open_test.go).
 func TestMain(m *testing.M) {
 	if addr := os.Getenv("LOCKD_TEST_HOLDER_ADDR"); addr != "" {
 		os.Exit(holder(addr, os.Getenv("LOCKD_TEST_HOLDER_KEY")))
+	}
+	if dir := os.Getenv(childLockdDir); dir != "" {
+		os.Exit(runChildLockd(dir))
 	}
 	os.Exit(m.Run())
 }

@@ -44,6 +44,12 @@ type Metrics struct {
 	// needs a quorum, so its age grows while the store has none.
 	epochReadAt atomic.Pointer[func() time.Duration]
 	code        func(error) codes.Code
+	// openPosture is 1 while this arbiter grants open classes from memory;
+	// unprotectedGrants counts those grants, unprotectedShipped the ones
+	// shipped to the history.
+	openPosture        prometheus.Gauge
+	unprotectedGrants  *prometheus.CounterVec
+	unprotectedShipped prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -112,6 +118,14 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 			Help: "ValidateToken calls by key namespace (\"-\" before the caller is authorized); code is current, superseded, not_held or other_epoch for answers, else the gRPC code of the refusal. A resource depending on ValidateToken shows here."},
 			[]string{"namespace", "code"}),
 	}
+	m.openPosture = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_open_posture", Help: "1 while this lockd has had no etcd quorum for longer than --open-after and grants classes with onQuorumLoss: open from memory, unprotected (token 0)."})
+	m.unprotectedGrants = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_unprotected_grants_total", Help: "Grants made from memory without a quorum (token 0), spooled before they were answered."},
+		[]string{"namespace", "class"})
+	m.unprotectedShipped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockd_unprotected_shipped_total", Help: "Unprotected grants shipped from the spool to the store (and so to the history) after quorum returned."})
+	reg.MustRegister(m.openPosture, m.unprotectedGrants, m.unprotectedShipped)
 	m.graceActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_epoch_grace_active", Help: "1 while grants wait out an epoch advance's grace (the grace key exists in the store)."})
 	epochReadAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

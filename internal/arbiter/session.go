@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,10 @@ type sessionInfo struct {
 	// openedHere and closing tell an expiry from a close for the
 	// expiries-without-release count.
 	openedHere bool
-	closing    atomic.Bool
+	// local: opened without quorum, known only to this arbiter (open.go);
+	// lastKA alone keeps it alive.
+	local   bool
+	closing atomic.Bool
 }
 
 // SessionInfo describes a session.
@@ -74,6 +78,10 @@ func (a *Arbiter) OpenSession(ctx context.Context, caller identity.Caller, ttl t
 			a.unreserveSession(who)
 		}
 	}()
+	if a.openPosture() {
+		kept = true
+		return a.openSessionLocal(who, ns, ttl)
+	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	lease, err := a.cli.Grant(cctx, int64(ttl/time.Second))
@@ -142,6 +150,9 @@ func (a *Arbiter) session(ctx context.Context, identity string, id int64) (*sess
 		}
 		return s, nil
 	}
+	if isLocal(id) {
+		return nil, ErrSessionNotFound // a local session is never in etcd
+	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Get(cctx, sessionKey(id))
@@ -180,6 +191,11 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 	s, err := a.session(ctx, caller.String(), id)
 	if err != nil {
 		return err
+	}
+	if s.local {
+		a.dropLocalSession(id)
+		a.log.Info("local session closed", "session", id, "identity", s.identity)
+		return nil
 	}
 	s.closing.Store(true)
 	cctx, cancel := a.callCtx(ctx)
@@ -222,7 +238,7 @@ func (a *Arbiter) watchSessions(ctx context.Context) {
 			live[kv.Lease] = true
 		}
 		a.sessions.Range(func(k, _ any) bool {
-			if !live[k.(int64)] {
+			if id := k.(int64); !live[id] && !isLocal(id) {
 				a.forgetSession(k.(int64))
 			}
 			return true
@@ -328,38 +344,63 @@ func (a *Arbiter) pause(ctx context.Context, d time.Duration) {
 }
 
 // KeepAliveStream forwards keepalives for one client stream to etcd, one
-// etcd keepalive per request. It never renews on its own.
+// etcd keepalive per request. It never renews on its own. The etcd stream is
+// opened by the first keepalive of an etcd session; a local session's
+// (open.go) is answered by Send itself, so a client with only local
+// sessions keeps them alive without etcd.
 type KeepAliveStream struct {
 	a        *Arbiter
 	identity string
-	s        pb.Lease_LeaseKeepAliveClient
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	mu    sync.Mutex
+	s     pb.Lease_LeaseKeepAliveClient // nil until the first etcd session
+	ready chan struct{}                 // closed once s is set
 }
 
-// OpenKeepAlive opens the etcd keepalive stream for one client stream.
+// OpenKeepAlive starts serving one client stream's keepalives.
 func (a *Arbiter) OpenKeepAlive(ctx context.Context, caller identity.Caller) (*KeepAliveStream, error) {
 	// Require a leader: a member cut off from the leader fails the stream
 	// instead of holding keepalives it cannot forward.
 	sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	s, err := a.leases.LeaseKeepAlive(sctx)
-	if err != nil {
-		cancel()
-		return nil, storeErr(ctx, err)
-	}
-	return &KeepAliveStream{a: a, identity: caller.String(), s: s, ctx: sctx, cancel: cancel}, nil
+	return &KeepAliveStream{a: a, identity: caller.String(), ctx: sctx, cancel: cancel, ready: make(chan struct{})}, nil
 }
 
-// Send forwards one keepalive. ErrSessionNotFound means the session is not
-// the caller's or is gone; the caller should answer it with TTL zero.
-func (k *KeepAliveStream) Send(ctx context.Context, id int64) error {
-	if _, err := k.a.session(ctx, k.identity, id); err != nil {
-		return err
+func (k *KeepAliveStream) etcd(ctx context.Context) (pb.Lease_LeaseKeepAliveClient, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.s == nil {
+		s, err := k.a.leases.LeaseKeepAlive(k.ctx)
+		if err != nil {
+			return nil, storeErr(ctx, err)
+		}
+		k.s = s
+		close(k.ready)
 	}
-	if err := k.s.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
-		return storeErr(ctx, err)
+	return k.s, nil
+}
+
+// Send forwards one keepalive; for a local session it renews it here and
+// returns the answer to send (nil for an etcd session, whose answer comes
+// from Recv). ErrSessionNotFound means the session is not the caller's or
+// is gone; the caller should answer it with Expired.
+func (k *KeepAliveStream) Send(ctx context.Context, id int64) (*KeepAliveAnswer, error) {
+	s, err := k.a.session(ctx, k.identity, id)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if s.local {
+		return k.a.keepLocal(s)
+	}
+	es, err := k.etcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := es.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+		return nil, storeErr(ctx, err)
+	}
+	return nil, nil
 }
 
 // KeepAliveAnswer is etcd's answer to one keepalive.
@@ -377,6 +418,9 @@ type KeepAliveAnswer struct {
 	// the answer with an epoch read within MaxEpochAge, so it vouches for
 	// nothing; the client treats it as unanswered. Only Session is set.
 	Uncredited bool
+	// UnprotectedEnded: with TTL zero, the session was a local one (opened
+	// without quorum) and it is gone, with its unprotected holds.
+	UnprotectedEnded bool
 }
 
 // Recv returns the next etcd answer. An answer from a store with another
@@ -385,6 +429,11 @@ type KeepAliveAnswer struct {
 // arbiter cannot pair with an epoch read within MaxEpochAge is returned
 // Uncredited, so that every request still gets exactly one answer.
 func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
+	select {
+	case <-k.ready:
+	case <-k.ctx.Done():
+		return KeepAliveAnswer{}, k.ctx.Err()
+	}
 	resp, err := k.s.Recv()
 	if err != nil {
 		return KeepAliveAnswer{}, fmt.Errorf("%w: keepalive stream: %v", ErrUnavailable, err)
@@ -416,11 +465,15 @@ func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 // Expired is the answer for a session that is gone: TTL zero, with the
 // holds of it that were released by force.
 func (k *KeepAliveStream) Expired(id int64) KeepAliveAnswer {
-	return KeepAliveAnswer{Session: id, Epoch: k.a.epoch.Load().epoch, Removed: k.a.removed.of(id)}
+	return KeepAliveAnswer{Session: id, Epoch: k.a.epoch.Load().epoch, Removed: k.a.removed.of(id), UnprotectedEnded: isLocal(id)}
 }
 
 // Close ends the etcd stream.
 func (k *KeepAliveStream) Close() {
-	_ = k.s.CloseSend()
+	k.mu.Lock()
+	if k.s != nil {
+		_ = k.s.CloseSend()
+	}
+	k.mu.Unlock()
 	k.cancel()
 }

@@ -77,7 +77,9 @@ type QuorumLossPolicy string
 const (
 	// QuorumLossClosed refuses locks while quorum is lost.
 	QuorumLossClosed QuorumLossPolicy = "closed"
-	// QuorumLossOpen grants locks while quorum is lost (not yet supported).
+	// QuorumLossOpen grants locks from memory, unprotected (token 0), once
+	// lockd has had no quorum for --open-after; only for purpose efficiency
+	// and enforcement advisory.
 	QuorumLossOpen QuorumLossPolicy = "open"
 )
 

@@ -383,8 +383,6 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not allowed for purpose correctness: a lock granted without quorum may be held twice")
 		case c.Enforcement == EnforcementFenced:
 			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not allowed for enforcement fenced: fencing tokens need quorum")
-		default:
-			dp.addRule(RuleQuorumLossOpen, "spec.onQuorumLoss", "open is not yet supported")
 		}
 	}
 	if c.Fairness == "" {

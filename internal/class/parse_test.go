@@ -61,6 +61,7 @@ func TestParseFileClassRules(t *testing.T) {
 		{"default ttl", classYAML("a", "ttl: -"), "", ""},
 		{"all optional fields", classYAML("a", "onQuorumLoss: closed", "fairness: best-effort", "resource: db"), "", ""},
 		{"durable fairness", classYAML("a", "fairness: durable"), "", ""},
+		{"open for advisory efficiency", classYAML("a", advisory("onQuorumLoss: open")...), "", ""},
 
 		{"bad apiVersion", strings.Replace(classYAML("a"), "v1alpha1", "v1", 1), "apiVersion", "must be locks.lockd.dev/v1alpha1"},
 		{"missing apiVersion", strings.TrimPrefix(classYAML("a"), header), "apiVersion", "is required"},
@@ -92,7 +93,6 @@ func TestParseFileClassRules(t *testing.T) {
 		{"bad waiver date", classYAML("a", advisory("waiverExpires: 30/11/2027")...), "spec.waiverExpires", "must be a date YYYY-MM-DD"},
 		{"open for correctness", classYAML("a", "onQuorumLoss: open"), "spec.onQuorumLoss", "not allowed for purpose correctness"},
 		{"open for fenced efficiency", classYAML("a", "purpose: efficiency", "onQuorumLoss: open"), "spec.onQuorumLoss", "not allowed for enforcement fenced"},
-		{"open for advisory efficiency", classYAML("a", advisory("onQuorumLoss: open")...), "spec.onQuorumLoss", "open is not yet supported"},
 		{"bad onQuorumLoss", classYAML("a", "onQuorumLoss: maybe"), "spec.onQuorumLoss", "must be one of closed, open"},
 		{"bad fairness", classYAML("a", "fairness: fifo"), "spec.fairness", "must be one of best-effort, durable"},
 		{"not a mapping", "- a\n- b\n", "", "document must be a mapping"},

@@ -100,7 +100,7 @@ const (
 	// RuleAdvisoryWaiver: advisory classes need a spec.waiverExpires in the future.
 	RuleAdvisoryWaiver = "advisory-waiver"
 	// RuleQuorumLossOpen: onQuorumLoss open only for efficiency purpose and
-	// advisory enforcement (and not yet supported at all).
+	// advisory enforcement.
 	RuleQuorumLossOpen = "quorum-loss-open"
 	// RuleTierRequired: spec.tier is required.
 	RuleTierRequired = "tier-required"

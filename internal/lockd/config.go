@@ -75,6 +75,10 @@ type Config struct {
 	Operators []string
 	// RequestTimeout bounds each etcd call.
 	RequestTimeout time.Duration
+	// OpenAfter is how long lockd goes without an etcd quorum before it
+	// grants classes with onQuorumLoss: open from memory (unprotected,
+	// spooled in <DataDir>/spool). It must outlast an etcd election.
+	OpenAfter time.Duration
 	// BootstrapEpochClusterID (hex) lets lockd create epoch 1 on an external
 	// cluster with this ID that has no epoch record, if its data dir records
 	// no epoch. Empty: a store without a record stays sealed until two
@@ -136,6 +140,7 @@ func DefaultConfig() Config {
 		EtcdClientURL:          "http://127.0.0.1:7422",
 		EtcdPeerURL:            "http://127.0.0.1:7423",
 		RequestTimeout:         5 * time.Second,
+		OpenAfter:              arbiter.DefaultOpenAfter,
 		MaxSessionsPerIdentity: arbiter.DefaultMaxSessionsPerIdentity,
 		MaxWaitersPerIdentity:  arbiter.DefaultMaxWaitersPerIdentity,
 		ValidateRate:           arbiter.DefaultValidateRate,
@@ -255,6 +260,9 @@ func (o *Config) Validate() error {
 	}
 	if o.RequestTimeout <= 0 {
 		add("--request-timeout %s: must be positive", o.RequestTimeout)
+	}
+	if o.OpenAfter < arbiter.MinOpenAfter {
+		add("--open-after %s: must be at least %s (longer than an etcd election)", o.OpenAfter, arbiter.MinOpenAfter)
 	}
 	if !slices.Contains(LogLevels, o.LogLevel) {
 		add("--log-level %q: must be one of %s", o.LogLevel, strings.Join(LogLevels, ", "))

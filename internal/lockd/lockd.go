@@ -161,6 +161,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if stateFile == "" {
 		stateFile = filepath.Join(dataDir, "epoch-state.json")
 	}
+	arbiterID, err := loadArbiterID(dataDir)
+	if err != nil {
+		return nil, err
+	}
 	d.arb, err = arbiter.New(arbiter.Config{
 		Client:                 d.backend.Client,
 		Leases:                 d.backend.Leases,
@@ -177,6 +181,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ValidateRate:           cfg.ValidateRate,
 		ValidateBurst:          cfg.ValidateBurst,
 		Metrics:                metrics,
+		SpoolDir:               filepath.Join(dataDir, "spool"),
+		ArbiterID:              arbiterID,
+		OpenAfter:              cfg.OpenAfter,
 	}, arbiter.NewPolicy(d.watcher.Current()))
 	if err != nil {
 		return nil, err

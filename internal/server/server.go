@@ -151,7 +151,8 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	defer ka.Close()
 	var sendMu sync.Mutex
 	send := func(a arbiter.KeepAliveAnswer) error {
-		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited}
+		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited,
+			UnprotectedEnded: a.UnprotectedEnded}
 		for _, r := range a.Removed {
 			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision,
 				Requester: r.Requester, Approver: r.Approver, Reason: r.Reason})
@@ -203,7 +204,14 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 			}
 			return err
 		case req := <-reqs:
-			if err := ka.Send(ctx, req.GetSessionId()); err != nil {
+			local, err := ka.Send(ctx, req.GetSessionId())
+			if local != nil {
+				if err := send(*local); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
 				if errors.Is(err, arbiter.ErrSessionNotFound) {
 					if err := send(ka.Expired(req.GetSessionId())); err != nil {
 						return err
@@ -286,8 +294,9 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	}
 	leakToken(ctx, g.Token)
 	return &lockv1.AcquireResponse{
-		Token:      &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
-		AcquiredAt: timestamppb.New(g.AcquiredAt),
+		Token:       &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
+		AcquiredAt:  timestamppb.New(g.AcquiredAt),
+		Unprotected: g.Unprotected, ArbiterId: g.Arbiter, SpoolSeq: g.SpoolSeq,
 	}, nil
 }
 

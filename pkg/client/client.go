@@ -445,7 +445,7 @@ func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Durat
 		err = decode(err)
 		switch {
 		case err == nil:
-			return s.granted(h, resp.GetToken(), onFence), nil
+			return s.granted(h, resp, onFence), nil
 		case Definite(err):
 			s.settle(h) // lockd refused: nothing was granted
 			return nil, err

@@ -23,6 +23,10 @@ var (
 	// ErrForced: operators released the hold by force (lockctl
 	// force-release). Another holder may already have the key: stop at once.
 	ErrForced = errors.New("client: lock lost: released by force by operators")
+	// ErrUnprotectedEnded: the lock was an unprotected grant (Lock.Unprotected:
+	// made while lockd had no etcd quorum) and it ended: quorum returned,
+	// or its session lapsed. Acquire again for a protected lock.
+	ErrUnprotectedEnded = errors.New("client: lock lost: an unprotected grant (made without quorum) ended")
 	// ErrSessionEnded: the client ended the session because it could not
 	// learn whether one of its holds still existed (a release or an acquire
 	// whose outcome stayed unknown), rather than keep renewing a hold nobody

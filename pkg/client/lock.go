@@ -34,6 +34,8 @@ type hold struct {
 	// changed is closed when the hold leaves acquiring or settling.
 	changed chan struct{}
 	token   *lockv1.Token
+	// unprotected: lockd granted it without a quorum (token 0).
+	unprotected bool
 	// locks are the outstanding Locks (one per acquire not yet released).
 	locks []*Lock
 }
@@ -64,11 +66,19 @@ func (l *Lock) Token() uint64 { return l.token.GetValue() }
 func (l *Lock) Epoch() uint32 { return l.token.GetEpoch() }
 
 // CanStart reports whether a new unit of work may start: false from the
-// first failed keepalive, and once the lock is lost or released. It is
-// State() == Safe.
+// first failed keepalive, once the lock is lost or released, and always for
+// an unprotected lock. It is State() == Safe && !Unprotected().
 func (l *Lock) CanStart() bool {
-	return l.State() == Safe
+	return !l.Unprotected() && l.State() == Safe
 }
+
+// Unprotected reports whether lockd granted the lock from memory, without
+// an etcd quorum, for a class with onQuorumLoss: open. Such a lock excludes
+// nobody for sure: another holder may hold the key at the same time, its
+// Token is 0 (every fence rejects it), and it ends with ErrUnprotectedEnded
+// when quorum returns. CanStart is false for it; a holder that accepts the
+// risk (the class owner chose open) checks State() == Safe itself.
+func (l *Lock) Unprotected() bool { return l.h.unprotected }
 
 // State is where a lock stands as its client sees it, after Chubby's safe,
 // jeopardy and expired.
@@ -295,9 +305,10 @@ func (s *session) newLockLocked(h *hold, onFence func(*Lock)) *Lock {
 // granted records lockd's grant of h and returns its first Lock. On a
 // session already lost (or a token of an epoch the session has seen pass)
 // the Lock is returned lost: its onFence runs.
-func (s *session) granted(h *hold, tok *lockv1.Token, onFence func(*Lock)) *Lock {
+func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*Lock)) *Lock {
+	tok := resp.GetToken()
 	s.mu.Lock()
-	h.token = tok
+	h.token, h.unprotected = tok, resp.GetUnprotected()
 	l := s.newLockLocked(h, onFence)
 	lost := s.lost
 	switch {

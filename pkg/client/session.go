@@ -214,6 +214,9 @@ type answer struct {
 	ttl     time.Duration
 	epoch   uint32
 	removed []*lockv1.RemovedHold
+	// unprotectedEnded: with ttl zero, a session lockd opened without
+	// quorum ended with its unprotected holds.
+	unprotectedEnded bool
 }
 
 // onAnswer applies one keepalive answer: an expired session is lost; holds
@@ -245,6 +248,11 @@ func (s *session) onAnswer(a answer) {
 	if a.ttl <= 0 {
 		s.mu.Unlock()
 		runFences(fenced)
+		if a.unprotectedEnded {
+			s.c.log.Warn("unprotected lock session ended (quorum returned, or it lapsed)", "session", s.id)
+			s.lose(ErrUnprotectedEnded, true)
+			return
+		}
 		s.c.log.Warn("lock session expired", "session", s.id)
 		s.lose(ErrExpired, true)
 		return
@@ -448,7 +456,8 @@ func (k *keepalives) recv(ks *kaStream) {
 			continue // lockd could not vouch for it: as good as no answer
 		}
 		if s := k.lookup(id); s != nil {
-			s.onAnswer(answer{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch(), removed: resp.GetRemoved()})
+			s.onAnswer(answer{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch(), removed: resp.GetRemoved(),
+				unprotectedEnded: resp.GetUnprotectedEnded()})
 		}
 	}
 }

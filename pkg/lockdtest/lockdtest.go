@@ -203,6 +203,11 @@ type Options struct {
 	// LogOutput receives lockd's logs at debug level, as JSON (none when
 	// nil).
 	LogOutput io.Writer
+	// OpenAfter is lockd's --open-after (its default when zero).
+	OpenAfter time.Duration
+	// LockdDataDir is lockd's own data dir (arbiter ID, spool, state): set
+	// it to restart lockd with what it kept. A temp dir when empty.
+	LockdDataDir string
 }
 
 // Env is a running lockd.
@@ -271,6 +276,9 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 		cfg.RequestTimeout = o.RequestTimeout
 	}
 	cfg.TracerProvider = o.TracerProvider
+	if o.OpenAfter != 0 {
+		cfg.OpenAfter = o.OpenAfter
+	}
 	if o.LogOutput != nil {
 		cfg.LogOutput, cfg.LogLevel, cfg.LogFormat = o.LogOutput, "debug", "json"
 	}
@@ -311,7 +319,11 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := daemonConfig(o, b, e.ClassesDir, t.TempDir())
+	lockdDir := o.LockdDataDir
+	if lockdDir == "" {
+		lockdDir = t.TempDir()
+	}
+	cfg := daemonConfig(o, b, e.ClassesDir, lockdDir)
 	if o.ExternalEtcd {
 		if o.Backend != nil {
 			t.Fatal("lockdtest: ExternalEtcd with a Backend")

@@ -184,6 +184,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.BoolVar(&opts.InsecureLoopback, "insecure-loopback", false, "TESTS ONLY: plaintext gRPC, caller identity taken unverified from a header; --listen must be loopback")
 	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
 	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
+	f.DurationVar(&opts.OpenAfter, "open-after", opts.OpenAfter, "time without an etcd quorum after which classes with onQuorumLoss: open are granted from memory, unprotected (token 0); longer than the cluster's election timeout")
 	f.Float64Var(&opts.ValidateRate, "validate-rate", opts.ValidateRate, "ValidateToken calls per second allowed to one identity (apart from grants)")
 	f.IntVar(&opts.ValidateBurst, "validate-burst", opts.ValidateBurst, "ValidateToken burst allowed to one identity")
 	f.StringVar(&opts.OIDCIssuer, "oidc-issuer", "", "OIDC issuer (e.g. a Keycloak realm URL): operators sign in there; force-release and epoch advance then need their token")
