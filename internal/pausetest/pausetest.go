@@ -165,6 +165,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, lockdError(err, "class %s/%s", ns, name)
 	}
 	lc := resp.GetClass()
+	if lc.GetOnQuorumLoss() == "open" {
+		return nil, fmt.Errorf("%w: class %s/%s is granted without quorum with token 0, which no fence accepts, so it can never be fenced: "+
+			"declare onQuorumLoss: closed before testing its fence", ErrOpenClass, ns, name)
+	}
 	rep.Class = ClassInfo{
 		Namespace: lc.GetNamespace(), Name: lc.GetName(), Enforcement: lc.GetEnforcement(),
 		TTLSeconds: lc.GetTtl().AsDuration().Seconds(), Resource: lc.GetResource(),
@@ -193,6 +197,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	return rep, nil
 }
+
+// ErrOpenClass: the class declares onQuorumLoss: open, so it cannot be
+// fenced and its fence test would prove nothing about it.
+var ErrOpenClass = errors.New("pausetest: the class declares onQuorumLoss: open")
 
 // splitClass returns the class's namespace and name.
 func splitClass(key, class string) (ns, name string) {

@@ -2,6 +2,7 @@ package pausetest
 
 import (
 	"bytes"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +163,21 @@ func TestHolderExitingBeforeItsTaskFailsTheHolderStep(t *testing.T) {
 	require.Equal(t, OutcomeFail, rep.Outcome)
 	require.Contains(t, rep.Message, "holder A failed before its first write")
 	require.Contains(t, rep.Message, "send holder A its task")
+}
+
+func TestRunRefusesAClassOpenOnQuorumLoss(t *testing.T) {
+	t.Parallel()
+	classes := maps.Clone(lockdtest.Classes)
+	classes["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: cache, namespace: t}
+spec: {purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity, onQuorumLoss: open, resource: test-db,
+  riskOwner: cache-team, waiverExpires: "2099-01-01"}
+`
+	env := lockdtest.Start(t, lockdtest.Options{Classes: classes})
+	cfg := testConfig(env, "t/pt-open", fileFence(t, true))
+	cfg.Class = "cache"
+	_, err := Run(t.Context(), cfg)
+	require.ErrorIs(t, err, ErrOpenClass)
+	require.ErrorContains(t, err, "declare onQuorumLoss: closed")
 }
