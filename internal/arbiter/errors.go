@@ -64,6 +64,11 @@ var (
 	// ErrRateLimited: the identity called ValidateToken faster than its
 	// limit; back off and retry. Grants have their own budget.
 	ErrRateLimited = errors.New("arbiter: ValidateToken rate limit for this identity exceeded; back off and retry")
+	// ErrNoQuorumSession: the arbiter is in its open posture (no quorum for
+	// OpenAfter) and grants the open class only to a session opened
+	// without quorum; the request's session was opened in etcd. Nothing
+	// was granted: open a session now and acquire on it.
+	ErrNoQuorumSession = errors.New("arbiter: no etcd quorum: this class is granted (unprotected) only to a session opened without quorum; open a new session")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

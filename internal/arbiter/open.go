@@ -332,8 +332,7 @@ func (a *Arbiter) acquireWithoutQuorum(ctx context.Context, req AcquireRequest, 
 		return Grant{}, true, fmt.Errorf("%w: no etcd quorum for %s; class %s is closed on quorum loss, so nothing is granted until quorum returns",
 			ErrUnavailable, a.noQuorumFor().Round(time.Second), ref)
 	case p == postureOpen && !isLocal(req.Session):
-		return Grant{}, true, fmt.Errorf("%w: no etcd quorum; class %s is granted without quorum only to a session opened without quorum, and session %d was opened in etcd: open a new session",
-			ErrUnavailable, ref, req.Session)
+		return Grant{}, true, fmt.Errorf("%w (class %s; session %d was opened in etcd)", ErrNoQuorumSession, ref, req.Session)
 	case p == postureOpen:
 		g, err := a.acquireOpen(ctx, req, cls)
 		return g, true, err

@@ -138,7 +138,10 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 	_, err = acquire(ctx, alice, etcdSession, "t/closed", "std", 0)
 	requireCode(t, err, codes.Unavailable, "a closed class without quorum")
 	_, err = acquire(ctx, alice, etcdSession, "t/c1", "cache", 0)
-	requireCode(t, err, codes.Unavailable, "an open class on a session opened in etcd")
+	requireCode(t, err, codes.FailedPrecondition, "an open class on a session opened in etcd")
+	if r := client.Reason(err); r != "NO_QUORUM_SESSION" {
+		t.Fatalf("an open class on a session opened in etcd: reason %q, want NO_QUORUM_SESSION", r)
+	}
 
 	as := openSession(t, alice, 30*time.Second)
 	bs := openSession(t, bob, 30*time.Second)
@@ -346,19 +349,28 @@ func TestKilledLockdLosesNoAcknowledgedUnprotectedGrant(t *testing.T) {
 }
 
 // TestClientSeesAnUnprotectedLockAndWhyItEnded: the Go client, asked for an
-// open class without a quorum, gets a lock that says it is unprotected
-// (token 0, CanStart false) and is kept alive by lockd alone; when quorum
-// returns, the lock ends with ErrUnprotectedEnded and its onFence runs, and
-// the next Acquire is a protected lock again.
+// open class without a quorum while its session of that TTL (opened in etcd,
+// holding a protected lock) waits for the store, opens a session without
+// quorum and gets a lock that says it is unprotected (token 0, CanStart
+// false), kept alive by lockd alone; when quorum returns, that lock ends
+// with ErrUnprotectedEnded and its onFence runs, the protected lock is safe
+// again, and the next Acquire is protected.
 func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	o := startOutage(t, lockdtest.Options{})
 	c := o.env.Client(t, lockdtest.Alice)
+	pre, err := c.Acquire(t.Context(), "t/client-pre", "cache", func(*client.Lock) {})
+	if err != nil || pre.Unprotected() {
+		t.Fatalf("acquire with quorum: %v", err)
+	}
 	o.loseQuorum(t)
 
 	fenced := make(chan struct{})
 	l, err := c.Acquire(t.Context(), "t/client", "cache", func(*client.Lock) { close(fenced) })
 	if err != nil {
 		t.Fatalf("acquire without quorum: %v", err)
+	}
+	if arbiter, seq := l.Spooled(); arbiter == "" || seq != 1 {
+		t.Fatalf("unprotected lock's grant: arbiter %q spool seq %d, want an arbiter and seq 1", arbiter, seq)
 	}
 	if !l.Unprotected() || l.Token() != 0 || l.CanStart() || l.State() != client.Safe {
 		t.Fatalf("lock without quorum: unprotected %v token %d CanStart %v state %s; want unprotected, token 0, CanStart false, safe",
@@ -379,6 +391,7 @@ func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("onFence did not run for the unprotected lock")
 	}
+	lockdtest.WaitFor(t, 30*time.Second, "the protected lock safe again", func() bool { return pre.CanStart() })
 
 	l, err = c.Acquire(t.Context(), "t/client", "cache", func(*client.Lock) {})
 	if err != nil || l.Unprotected() || l.Token() == 0 || !l.CanStart() {

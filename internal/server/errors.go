@@ -42,6 +42,7 @@ const (
 	ReasonRequestNotFound = "REQUEST_NOT_FOUND"
 	ReasonInternal        = "INTERNAL"
 	ReasonHistoryOff      = "HISTORY_OFF"
+	ReasonNoQuorumSession = "NO_QUORUM_SESSION"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -80,6 +81,7 @@ var errorTable = []struct {
 	{arbiter.ErrRateLimited, codes.ResourceExhausted, ReasonRateLimited},
 	{arbiter.ErrInternal, codes.Internal, ReasonInternal},
 	{ErrHistoryOff, codes.FailedPrecondition, ReasonHistoryOff},
+	{arbiter.ErrNoQuorumSession, codes.FailedPrecondition, ReasonNoQuorumSession},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

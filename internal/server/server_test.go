@@ -46,6 +46,7 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{arbiter.ErrEpochRequestNotFound, client.ErrRequestNotFound},
 		{arbiter.ErrInternal, client.ErrInternal},
 		{ErrHistoryOff, client.ErrHistoryOff},
+		{fmt.Errorf("%w (class t/cache)", arbiter.ErrNoQuorumSession), client.ErrNoQuorumSession},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

@@ -148,8 +148,8 @@ type Client struct {
 
 	// mu guards the fields below. It is never held across an RPC.
 	mu       sync.Mutex
-	sessions map[time.Duration]*session // by TTL
-	classTTL map[string]time.Duration   // "ns/name" -> TTL
+	sessions map[slot]*session        // by TTL, and whether opened for unprotected grants
+	classTTL map[string]time.Duration // "ns/name" -> TTL
 	closed   bool
 }
 
@@ -189,7 +189,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		conn: conn, lock: lockv1.NewLockServiceClient(conn), admin: lockv1.NewAdminServiceClient(conn),
 		log: o.log, now: o.now, ctx: ctx, cancel: cancel, tracer: tp.Tracer(tracerName),
-		sessions: map[time.Duration]*session{}, classTTL: map[string]time.Duration{},
+		sessions: map[slot]*session{}, classTTL: map[string]time.Duration{},
 	}
 	c.ka = newKeepalives(c)
 	return c, nil
@@ -386,9 +386,9 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 	if err != nil {
 		return nil, err
 	}
-	retried := false
+	retried, noQuorum := false, false
 	for {
-		s, err := c.session(ctx, ttl)
+		s, err := c.sessionIn(ctx, slot{ttl: ttl, noQuorum: noQuorum})
 		if err != nil {
 			return nil, err
 		}
@@ -407,6 +407,9 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 			return l, nil
 		}
 		switch {
+		case !noQuorum && errors.Is(err, ErrNoQuorumSession):
+			noQuorum = true // ask again on a session opened without quorum
+			continue
 		case !retried && errors.Is(err, ErrSessionNotFound):
 			s.lose(ErrExpired, true) // the session is gone at lockd: open another
 		case !retried && errors.Is(err, ErrSessionTTL):

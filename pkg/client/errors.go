@@ -117,6 +117,11 @@ var (
 	ErrRequestNotFound = errors.New("client: no pending request with this id")
 	// ErrInternal: lockd found something in its store it cannot interpret.
 	ErrInternal = errors.New("client: lockd internal error")
+	// ErrNoQuorumSession: lockd has no etcd quorum and grants the class
+	// (open on quorum loss) only to a session opened without quorum. Acquire
+	// opens one and asks again by itself; a caller sees this only from the
+	// raw API.
+	ErrNoQuorumSession = errors.New("client: lockd has no quorum and grants this class only on a session opened without quorum")
 	// ErrHistoryOff: the lockd asked serves no audit history.
 	ErrHistoryOff = errors.New("client: the audit history is off on this lockd")
 )
@@ -150,6 +155,7 @@ var reasons = map[string][]error{
 	"REQUEST_NOT_FOUND": {ErrRequestNotFound},
 	"INTERNAL":          {ErrInternal},
 	"HISTORY_OFF":       {ErrHistoryOff},
+	"NO_QUORUM_SESSION": {ErrNoQuorumSession},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is

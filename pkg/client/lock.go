@@ -34,8 +34,11 @@ type hold struct {
 	// changed is closed when the hold leaves acquiring or settling.
 	changed chan struct{}
 	token   *lockv1.Token
-	// unprotected: lockd granted it without a quorum (token 0).
+	// unprotected: lockd granted it without a quorum (token 0), as
+	// grant spoolSeq of arbiter.
 	unprotected bool
+	arbiter     string
+	spoolSeq    uint64
 	// locks are the outstanding Locks (one per acquire not yet released).
 	locks []*Lock
 }
@@ -79,6 +82,11 @@ func (l *Lock) CanStart() bool {
 // when quorum returns. CanStart is false for it; a holder that accepts the
 // risk (the class owner chose open) checks State() == Safe itself.
 func (l *Lock) Unprotected() bool { return l.h.unprotected }
+
+// Spooled names an unprotected lock's grant as lockd's history will: the
+// lockd (arbiter ID) that made it and its sequence number in that lockd's
+// spool. Both are zero for a protected lock.
+func (l *Lock) Spooled() (arbiter string, seq uint64) { return l.h.arbiter, l.h.spoolSeq }
 
 // State is where a lock stands as its client sees it, after Chubby's safe,
 // jeopardy and expired.
@@ -308,7 +316,7 @@ func (s *session) newLockLocked(h *hold, onFence func(*Lock)) *Lock {
 func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*Lock)) *Lock {
 	tok := resp.GetToken()
 	s.mu.Lock()
-	h.token, h.unprotected = tok, resp.GetUnprotected()
+	h.token, h.unprotected, h.arbiter, h.spoolSeq = tok, resp.GetUnprotected(), resp.GetArbiterId(), resp.GetSpoolSeq()
 	l := s.newLockLocked(h, onFence)
 	lost := s.lost
 	switch {

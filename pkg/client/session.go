@@ -16,9 +16,10 @@ const fenceMargin = time.Second
 // session is one lockd session (one etcd lease) shared by every hold of its
 // TTL in this client.
 type session struct {
-	c   *Client
-	id  int64
-	ttl time.Duration
+	c    *Client
+	id   int64
+	ttl  time.Duration
+	slot slot
 
 	mu       sync.Mutex
 	lastOK   time.Time // send time of the last successful keepalive
@@ -35,14 +36,23 @@ type session struct {
 	stop  chan struct{} // closed when lost
 }
 
-// session returns the open session for ttl, opening one if needed.
-func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, error) {
+// slot is where a session is kept: one per TTL, and one more per TTL for
+// unprotected grants, opened when lockd says it has no quorum
+// (ErrNoQuorumSession) while the first may still hold protected locks.
+type slot struct {
+	ttl      time.Duration
+	noQuorum bool
+}
+
+// sessionIn returns the open session in sl, opening one if needed.
+func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
+	ttl := sl.ttl
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s := c.sessions[ttl]; s != nil {
+	if s := c.sessions[sl]; s != nil {
 		c.mu.Unlock()
 		return s, nil
 	}
@@ -52,13 +62,13 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 	if err != nil {
 		return nil, decode(err)
 	}
-	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, lastOK: sent, lastAns: sent, lastSent: sent,
+	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, slot: sl, lastOK: sent, lastAns: sent, lastSent: sent,
 		holds: map[string]*hold{}, removed: map[int64]bool{}, stop: make(chan struct{})}
 	s.mu.Lock()
 	s.fence = time.AfterFunc(s.remainingLocked(), s.checkDeadline)
 	s.mu.Unlock()
 	c.mu.Lock()
-	if other := c.sessions[ttl]; other != nil || c.closed {
+	if other := c.sessions[sl]; other != nil || c.closed {
 		c.mu.Unlock()
 		// Lost a race with another Acquire: keep the first, drop ours.
 		s.fence.Stop()
@@ -68,7 +78,7 @@ func (c *Client) session(ctx context.Context, ttl time.Duration) (*session, erro
 		}
 		return other, nil
 	}
-	c.sessions[ttl] = s
+	c.sessions[sl] = s
 	c.mu.Unlock()
 	c.ka.add(s)
 	go s.run()
@@ -139,8 +149,8 @@ func (s *session) lose(err error, fence bool) {
 	s.mu.Unlock()
 	s.c.ka.remove(s)
 	s.c.mu.Lock()
-	if s.c.sessions[s.ttl] == s {
-		delete(s.c.sessions, s.ttl)
+	if s.c.sessions[s.slot] == s {
+		delete(s.c.sessions, s.slot)
 	}
 	s.c.mu.Unlock()
 	if fence {

@@ -83,6 +83,11 @@ const (
 	ErrorReason_ERROR_REASON_WAIT_TIMEOUT ErrorReason = 22
 	// The audit history is off on this lockd.
 	ErrorReason_ERROR_REASON_HISTORY_OFF ErrorReason = 23
+	// lockd has had no etcd quorum for longer than --open-after and grants
+	// the class (onQuorumLoss: open) only to a session opened without quorum:
+	// open a new session and acquire on it (the Go client does). Nothing was
+	// granted. gRPC code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_NO_QUORUM_SESSION ErrorReason = 24
 )
 
 // Enum value maps for ErrorReason.
@@ -112,6 +117,7 @@ var (
 		21: "ERROR_REASON_INTERNAL",
 		22: "ERROR_REASON_WAIT_TIMEOUT",
 		23: "ERROR_REASON_HISTORY_OFF",
+		24: "ERROR_REASON_NO_QUORUM_SESSION",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -138,6 +144,7 @@ var (
 		"ERROR_REASON_INTERNAL":          21,
 		"ERROR_REASON_WAIT_TIMEOUT":      22,
 		"ERROR_REASON_HISTORY_OFF":       23,
+		"ERROR_REASON_NO_QUORUM_SESSION": 24,
 	}
 )
 
@@ -4209,7 +4216,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xc8\x05\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xec\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4235,7 +4242,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x1eERROR_REASON_REQUEST_NOT_FOUND\x10\x14\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x15\x12\x1d\n" +
 	"\x19ERROR_REASON_WAIT_TIMEOUT\x10\x16\x12\x1c\n" +
-	"\x18ERROR_REASON_HISTORY_OFF\x10\x17*\x95\x01\n" +
+	"\x18ERROR_REASON_HISTORY_OFF\x10\x17\x12\"\n" +
+	"\x1eERROR_REASON_NO_QUORUM_SESSION\x10\x18*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
