@@ -2,6 +2,7 @@ package audit
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +30,10 @@ func newStream(clusterID uint64, epoch uint32) *stream {
 }
 
 // classify turns the events of one revision into rows, one per lock key
-// that changed, plus an epoch advance's own row. Changes under the audit
-// tailer's own keys, queues, requests and the grace key make no rows.
+// that changed, plus an epoch advance's own row, plus one row per
+// unprotected grant shipped (created under keyspace.UnprotectedPrefix).
+// Changes under the audit tailer's own keys, queues, requests and the grace
+// key make no rows, nor does rewriting or deleting a shipped grant.
 func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) []Event {
 	before := s.epoch
 	after := before
@@ -76,6 +79,14 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 	}
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
+		if strings.HasPrefix(k, keyspace.UnprotectedPrefix) {
+			// Shipping puts a grant only if it is absent: its creation is
+			// the row; anything else done to the key is not a grant.
+			if ev.Type == clientv3.EventTypePut && ev.IsCreate() {
+				rows = append(rows, s.unprotected(ev.Kv, after, rev, observed))
+			}
+			continue
+		}
 		key, ok := strings.CutPrefix(k, keyspace.HoldPrefix)
 		if !ok {
 			continue
@@ -126,6 +137,40 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 	s.epoch = after
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
 	return rows
+}
+
+// unprotected is the row of an unprotected grant shipped at rev. A record
+// that does not decode still makes a row, keyed by its own etcd key (no
+// lock key to use, and unique in the revision) with the arbiter and
+// sequence number the key names, and is counted bad so the tailer logs it.
+func (s *stream) unprotected(kv *mvccpb.KeyValue, epoch uint32, rev int64, observed time.Time) Event {
+	row := Event{ClusterID: s.clusterID, Epoch: epoch, Revision: rev, Kind: KindUnprotected, ObservedAt: observed, Unprotected: true}
+	u, err := keyspace.DecodeUnprotected(kv.Value)
+	if err != nil {
+		s.bad++
+		row.Key = string(kv.Key)
+		row.Arbiter, row.SpoolSeq = unprotectedKeyParts(row.Key)
+		return row
+	}
+	row.Key, row.Class, row.Holder, row.Session = u.Key, u.Class, u.Identity, u.Session
+	row.AcquiredAt = unixNanos(u.AcquiredAt)
+	row.Arbiter, row.SpoolSeq = u.Arbiter, u.Seq
+	return row
+}
+
+// unprotectedKeyParts reads the arbiter ID and sequence number out of a key
+// keyspace.UnprotectedKey made; zero values for what it cannot read.
+func unprotectedKeyParts(k string) (arbiter string, seq uint64) {
+	rest := strings.TrimPrefix(k, keyspace.UnprotectedPrefix)
+	i := strings.LastIndexByte(rest, '/')
+	if i < 0 {
+		return "", 0
+	}
+	seq, err := strconv.ParseUint(rest[i+1:], 16, 64)
+	if err != nil {
+		seq = 0
+	}
+	return rest[:i], seq
 }
 
 // ended fills the row's ended hold from the previous value of its key,

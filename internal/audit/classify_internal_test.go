@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -104,5 +105,59 @@ func TestClassifyForcedSessionRevokeIsForcedNotExpired(t *testing.T) {
 	}
 	if len(s.revoking) != 0 {
 		t.Fatalf("the revoked session is still remembered: %v", s.revoking)
+	}
+}
+
+func TestClassifyUnprotectedGrants(t *testing.T) {
+	at := time.Unix(1700000000, 0).UTC()
+	obs := at.Add(10 * time.Minute)
+	rec := func(arbiter string, seq uint64, key string) keyspace.Unprotected {
+		return keyspace.Unprotected{Arbiter: arbiter, Seq: seq, Key: key, Class: "pay/batch", Identity: "spiffe://t/batch",
+			Session: 70 + int64(seq), AcquiredAt: at.Add(time.Duration(seq) * time.Second).UnixNano(), TTL: 15}
+	}
+	shipped := func(u keyspace.Unprotected, create, mod int64) *mvccpb.KeyValue {
+		return kv(keyspace.UnprotectedKey(u.Arbiter, u.Seq), u, 0, create, mod)
+	}
+	row := func(u keyspace.Unprotected) Event {
+		return Event{ClusterID: 0xabc, Epoch: 3, Revision: 20, Key: u.Key, Kind: KindUnprotected, Class: u.Class, ObservedAt: obs,
+			Holder: u.Identity, Session: u.Session, AcquiredAt: time.Unix(0, u.AcquiredAt).UTC(), Unprotected: true, Arbiter: u.Arbiter, SpoolSeq: u.Seq}
+	}
+	a, b, c := rec("lockd-0", 1, "pay/42"), rec("lockd-0", 2, "pay/43"), rec("lockd-1", 1, "pay/44")
+	garbled := &mvccpb.KeyValue{Key: []byte(keyspace.UnprotectedKey("lockd-1", 0x2a)), Value: []byte("{not json"), CreateRevision: 20, ModRevision: 20}
+	noSeq := kv(keyspace.UnprotectedKey("lockd-1", 7), keyspace.Unprotected{Arbiter: "lockd-1", Key: "pay/45"}, 0, 20, 20)
+	bob := keyspace.Hold{Identity: "spiffe://t/bob", Session: 9, Class: "pay/ledger", AcquiredAt: at.UnixNano()}
+	tests := []struct {
+		name string
+		evs  []*clientv3.Event
+		want []Event
+		bad  int
+	}{
+		{"a shipped grant is one row, token 0", []*clientv3.Event{put(shipped(a, 20, 20), nil)}, []Event{row(a)}, 0},
+		{"several in one revision, with a grant of another key: a row each, by key",
+			[]*clientv3.Event{put(shipped(c, 20, 20), nil), put(kv("/l/pay/10", bob, 9, 20, 20), nil), put(shipped(a, 20, 20), nil), put(shipped(b, 20, 20), nil)},
+			[]Event{{ClusterID: 0xabc, Epoch: 3, Revision: 20, Key: "pay/10", Kind: KindGrant, Class: "pay/ledger", ObservedAt: obs,
+				Holder: bob.Identity, Session: 9, Token: 3<<48 | 20, AcquiredAt: at}, row(a), row(b), row(c)}, 0},
+		{"an overwrite is not a grant", []*clientv3.Event{put(shipped(a, 12, 20), shipped(a, 12, 12))}, nil, 0},
+		{"a delete is not a grant", []*clientv3.Event{del(keyspace.UnprotectedKey("lockd-0", 1), 20, shipped(a, 12, 12))}, nil, 0},
+		{"a record that does not decode: a row under its own key, with what the key says, counted bad",
+			[]*clientv3.Event{put(garbled, nil), put(noSeq, nil)},
+			[]Event{
+				{ClusterID: 0xabc, Epoch: 3, Revision: 20, Key: keyspace.UnprotectedKey("lockd-1", 7), Kind: KindUnprotected, ObservedAt: obs,
+					Unprotected: true, Arbiter: "lockd-1", SpoolSeq: 7},
+				{ClusterID: 0xabc, Epoch: 3, Revision: 20, Key: keyspace.UnprotectedKey("lockd-1", 0x2a), Kind: KindUnprotected, ObservedAt: obs,
+					Unprotected: true, Arbiter: "lockd-1", SpoolSeq: 0x2a},
+			}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStream(0xabc, 3)
+			got := s.classify(20, tt.evs, obs)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("rows (-want +got):\n%s", diff)
+			}
+			if s.bad != tt.bad {
+				t.Errorf("bad records: %d, want %d", s.bad, tt.bad)
+			}
+		})
 	}
 }

@@ -6,7 +6,8 @@
 // grant), ended (a release, an expiry, a session close, a force-release, an
 // epoch advance), or both (a handoff). Expiries are committed by etcd
 // itself, so only a tailer sees them. Denials are not in the log and not in
-// the history.
+// the history. A grant an arbiter made without a quorum (an unprotected
+// grant) is recorded when it is shipped to etcd, after quorum returned.
 package audit
 
 import (
@@ -42,6 +43,14 @@ const (
 	// KindGap: revisions [GapFrom, GapTo] are not in the history (etcd
 	// compacted them before the tailer read them, or the store lost them).
 	KindGap Kind = "gap"
+	// KindUnprotected: a grant an arbiter made from memory while it had no
+	// etcd quorum (a class with onQuorumLoss: open), shipped from its spool
+	// when quorum returned. Revision is the shipping revision, not the
+	// grant's; AcquiredAt is the arbiter's clock at the grant; Token is 0
+	// (every fence rejects it). Another holder may have held the key at the
+	// same time. Its end is not recorded: the hold lasted at most until its
+	// session lapsed or quorum returned.
+	KindUnprotected Kind = "unprotected-grant"
 )
 
 // EpochKey is the Key of an epoch advance's own row.
@@ -58,7 +67,9 @@ type Event struct {
 	Epoch    uint32
 	Revision int64
 	// Key is the lock key (without lockd's /l/ prefix); EpochKey for an
-	// advance's own row; empty for a gap.
+	// advance's own row; empty for a gap; the record's own etcd key (under
+	// keyspace.UnprotectedPrefix) for an unprotected grant whose record did
+	// not decode.
 	Key  string
 	Kind Kind
 	// Class is the hold's class, "namespace/name".
@@ -67,7 +78,7 @@ type Event struct {
 	// times, so an end event's time is the tailer's, late by its lag.
 	ObservedAt time.Time
 
-	// The hold that started here (grant, handoff).
+	// The hold that started here (grant, handoff, unprotected-grant).
 	Holder     string
 	Session    int64
 	Token      uint64
@@ -94,6 +105,15 @@ type Event struct {
 	// A gap: the revisions missing, inclusive.
 	GapFrom int64
 	GapTo   int64
+
+	// Unprotected is true on a KindUnprotected row: the hold that started
+	// was granted without a quorum, with token 0.
+	Unprotected bool
+	// Arbiter is the ID of the lockd arbiter that made an unprotected
+	// grant, and SpoolSeq the grant's number in that arbiter's spool: the
+	// pair names the grant (keyspace.UnprotectedKey).
+	Arbiter  string
+	SpoolSeq uint64
 }
 
 // Filter selects rows. Zero fields do not filter.

@@ -113,12 +113,17 @@ func mergeRows(a, b []audit.Event) []audit.Event {
 	return append(append(out, a...), b...)
 }
 
+// validateHistoryKey accepts a lock key or a listing prefix: a namespace
+// alone ("payments/") is a prefix, as for Inspect's listing.
 func validateHistoryKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: key: required: a key, or a prefix ending in \"/\"", arbiter.ErrInvalid)
 	}
-	k := strings.TrimSuffix(key, "/")
-	if err := lockkey.Validate(k); err != nil {
+	validate := lockkey.Validate
+	if strings.HasSuffix(key, "/") {
+		validate = lockkey.ValidatePrefix
+	}
+	if err := validate(key); err != nil {
 		return fmt.Errorf("%w: key: %w", arbiter.ErrInvalid, err)
 	}
 	return nil
@@ -138,6 +143,7 @@ func historyProto(r audit.Event, tokens bool) *lockv1.HistoryEvent {
 		EndedHolder: r.EndedHolder, EndedSessionId: r.EndedSession, EndedAcquiredAt: ts(r.EndedAcquiredAt),
 		Requester: r.Requester, Approver: r.Approver, Reason: r.Reason,
 		FromEpoch: r.FromEpoch, ToEpoch: r.ToEpoch, GapFrom: r.GapFrom, GapTo: r.GapTo,
+		Unprotected: r.Unprotected, ArbiterId: r.Arbiter, SpoolSeq: r.SpoolSeq,
 	}
 	if r.Duration > 0 {
 		e.Duration = durationpb.New(r.Duration)

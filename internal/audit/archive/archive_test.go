@@ -595,3 +595,38 @@ func TestValidateNamesTheField(t *testing.T) {
 		t.Errorf("ArchiveHour of cluster 0: %v, want ErrConfig", err)
 	}
 }
+
+// TestParquetCarriesUnprotectedGrants: an unprotected grant's row keeps its
+// flag, arbiter and spool sequence through the archive's Parquet file, in
+// columns of their own.
+func TestParquetCarriesUnprotectedGrants(t *testing.T) {
+	grant := audit.Event{ClusterID: cluster, Epoch: 3, Revision: 120, Key: "team/db/primary", Kind: audit.KindUnprotected, Class: "team/db",
+		ObservedAt: hour.Add(40 * time.Minute), Holder: "spiffe://x/batch", Session: 11, AcquiredAt: hour.Add(5 * time.Minute),
+		Unprotected: true, Arbiter: "lockd-1.lockd:7420", SpoolSeq: 1<<63 + 5}
+	events := []audit.Event{hourRows(hour)[0], grant}
+	rows := []Row{RowOf(events[0]), RowOf(events[1])}
+	data, err := encodeParquet(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := verifyParquet(data, rows); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, fl := range f.Schema().Fields() {
+		cols = append(cols, fl.Name())
+	}
+	for _, c := range []string{"unprotected", "arbiter", "spool_seq"} {
+		if !slices.Contains(cols, c) {
+			t.Errorf("schema lacks column %s: %q", c, cols)
+		}
+	}
+	got := readParquet(t, data)
+	if !slices.Equal(got, events) {
+		t.Fatalf("read back:\n got %+v\nwant %+v", got, events)
+	}
+}

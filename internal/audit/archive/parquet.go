@@ -38,6 +38,9 @@ type Row struct {
 	ToEpoch         uint32 `parquet:"to_epoch"`
 	GapFrom         int64  `parquet:"gap_from"`
 	GapTo           int64  `parquet:"gap_to"`
+	Unprotected     bool   `parquet:"unprotected"`
+	Arbiter         string `parquet:"arbiter"`
+	SpoolSeq        uint64 `parquet:"spool_seq"`
 }
 
 // rowSchema is the schema every archive file must have.
@@ -69,6 +72,9 @@ func RowOf(e audit.Event) Row {
 		ToEpoch:         e.ToEpoch,
 		GapFrom:         e.GapFrom,
 		GapTo:           e.GapTo,
+		Unprotected:     e.Unprotected,
+		Arbiter:         e.Arbiter,
+		SpoolSeq:        e.SpoolSeq,
 	}
 }
 
@@ -98,6 +104,9 @@ func (r Row) Event() audit.Event {
 		ToEpoch:         r.ToEpoch,
 		GapFrom:         r.GapFrom,
 		GapTo:           r.GapTo,
+		Unprotected:     r.Unprotected,
+		Arbiter:         r.Arbiter,
+		SpoolSeq:        r.SpoolSeq,
 	}
 }
 

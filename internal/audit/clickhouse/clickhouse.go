@@ -77,10 +77,10 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Open connects to the ClickHouse server of rawURL,
 // clickhouse://[user[:password]@]host:port/database (the native protocol),
-// creates the database and the table if they are missing, and returns the
-// sink. A malformed URL or option is an error wrapping audit.ErrConfig; a
-// server that cannot be reached or refuses the DDL is one wrapping
-// audit.ErrSink.
+// creates the database and the table if they are missing, adds the columns
+// a table made by an older lockd lacks, and returns the sink. A malformed
+// URL or option is an error wrapping audit.ErrConfig; a server that cannot
+// be reached or refuses the DDL is one wrapping audit.ErrSink.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Sink, error) {
 	cfg := config{table: DefaultTable, attempts: DefaultAttempts, backoff: DefaultBackoff, dialTimeout: DefaultDialTimeout}
 	for _, o := range opts {
@@ -136,7 +136,58 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Sink, error) {
 				audit.ErrSink, u.Host, s.table, err)
 		}
 	}
+	if err := s.migrate(ctx, database, cfg.table); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("%w: clickhouse %s: migrate %s: %v (is the server up, and may the user alter it?)",
+			audit.ErrSink, u.Host, s.table, err)
+	}
 	return s, nil
+}
+
+// migrate adds the columns from columns[firstAdded:] that the table lacks
+// (one made by an older lockd), each with its type's default for the rows
+// stored before. ClickHouse 18.16 has no ADD COLUMN IF NOT EXISTS, so the
+// columns are read from system.columns; another lockd may add one at the
+// same time, so a failed ALTER is an error only if the column is still
+// missing after it.
+func (s *Sink) migrate(ctx context.Context, database, table string) error {
+	have, err := s.tableColumns(ctx, database, table)
+	if err != nil {
+		return err
+	}
+	for _, c := range columns[firstAdded:] {
+		if have[c.name] {
+			continue
+		}
+		if err := s.conn.Exec(ctx, "ALTER TABLE "+s.table+" ADD COLUMN "+c.name+" "+c.typ); err != nil {
+			now, err2 := s.tableColumns(ctx, database, table)
+			if err2 != nil || !now[c.name] {
+				return fmt.Errorf("add column %s: %w", c.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// tableColumns names the table's columns.
+func (s *Sink) tableColumns(ctx context.Context, database, table string) (map[string]bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?", database, table)
+	if err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("read the table's columns: %w", err)
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	return have, nil
 }
 
 // columns are the table's columns, one per audit.Event field, in the order
@@ -165,7 +216,16 @@ var columns = []struct{ name, typ string }{
 	{"to_epoch", "UInt32"},
 	{"gap_from", "Int64"},
 	{"gap_to", "Int64"},
+	// Added after the first release: Open adds them to an older table.
+	{"unprotected", "UInt8"},
+	{"arbiter", "String"},
+	{"spool_seq", "UInt64"},
 }
+
+// firstAdded is the index in columns of the first column added after the
+// table's first release: Open adds it and every one after to a table that
+// lacks them (see migrate).
+const firstAdded = 23
 
 var columnDDL, columnList = func() (string, string) {
 	var ddl, list []string
@@ -185,7 +245,15 @@ func values(e *audit.Event) []any {
 		e.Requester, e.Approver, e.Reason,
 		e.FromEpoch, e.ToEpoch,
 		e.GapFrom, e.GapTo,
+		b2u(e.Unprotected), e.Arbiter, e.SpoolSeq,
 	}
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // nanos is t in unix nanoseconds, 0 for the zero time.
@@ -327,6 +395,7 @@ func (s *Sink) Query(ctx context.Context, f audit.Filter) ([]audit.Event, error)
 			kind                              string
 			observed, acquired, endedAcquired int64
 			duration                          int64
+			unprotected                       uint8
 		)
 		if err := rows.Scan(
 			&e.ClusterID, &e.Epoch, &e.Revision, &e.Key, &kind, &e.Class, &observed,
@@ -335,10 +404,11 @@ func (s *Sink) Query(ctx context.Context, f audit.Filter) ([]audit.Event, error)
 			&e.Requester, &e.Approver, &e.Reason,
 			&e.FromEpoch, &e.ToEpoch,
 			&e.GapFrom, &e.GapTo,
+			&unprotected, &e.Arbiter, &e.SpoolSeq,
 		); err != nil {
 			return nil, fmt.Errorf("%w: clickhouse: read a row of %s: %v", audit.ErrSink, s.table, err)
 		}
-		e.Kind = audit.Kind(kind)
+		e.Kind, e.Unprotected = audit.Kind(kind), unprotected != 0
 		e.ObservedAt, e.AcquiredAt, e.EndedAcquiredAt = fromNanos(observed), fromNanos(acquired), fromNanos(endedAcquired)
 		e.Duration = time.Duration(duration)
 		out = append(out, e)

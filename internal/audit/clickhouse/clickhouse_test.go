@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +64,16 @@ func full() audit.Event {
 		Duration:        90*time.Minute + time.Nanosecond,
 		Requester:       "alice", Approver: "bob", Reason: "stuck\nholder",
 		FromEpoch: 3, ToEpoch: 4, GapFrom: 10, GapTo: 20,
+		Unprotected: true, Arbiter: "lockd-0.lockd:7420", SpoolSeq: math.MaxUint64,
 	}
+}
+
+// unprotectedRow is an unprotected grant as the tailer makes it.
+func unprotectedRow(rev int64, key string, seq uint64) audit.Event {
+	e := row(1, 2, rev, key, audit.KindUnprotected)
+	e.Holder, e.Session, e.Unprotected, e.Arbiter, e.SpoolSeq = "spiffe://lockd/batch", 42, true, "lockd-1", seq
+	e.AcquiredAt = t0.Add(-time.Hour)
+	return e
 }
 
 func TestClickHouseRoundTrip(t *testing.T) {
@@ -75,6 +86,91 @@ func TestClickHouseRoundTrip(t *testing.T) {
 		t.Fatalf("Query after Write (-want +got):\n%s", diff)
 	}
 	require.True(t, got[0].AcquiredAt.IsZero(), "0 reads back as the zero time")
+}
+
+// TestClickHouseUnprotectedGrants: the unprotected grant's fields round
+// trip, several grants of one revision (different keys) are each kept, a
+// replay stores nothing new, and the Kinds filter finds them.
+func TestClickHouseUnprotectedGrants(t *testing.T) {
+	s := open(t, testserver.StartClickHouse(t))
+	grants := []audit.Event{unprotectedRow(30, "jobs/a", 1), unprotectedRow(30, "jobs/b", 2), unprotectedRow(31, "jobs/a", 3)}
+	others := []audit.Event{row(1, 2, 29, "jobs/a", audit.KindGrant), row(1, 2, 30, "jobs/c", audit.KindRelease)}
+	require.NoError(t, s.Write(t.Context(), append(append([]audit.Event{}, others...), grants...)))
+	require.NoError(t, s.Write(t.Context(), grants)) // a replay
+
+	got, err := s.Query(t.Context(), audit.Filter{Kinds: []audit.Kind{audit.KindUnprotected}})
+	require.NoError(t, err)
+	if diff := cmp.Diff(grants, got); diff != "" {
+		t.Fatalf("unprotected grants (-want +got):\n%s", diff)
+	}
+	all, err := s.Query(t.Context(), audit.Filter{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"1/2/29/jobs/a", "1/2/30/jobs/a", "1/2/30/jobs/b", "1/2/30/jobs/c", "1/2/31/jobs/a"}, ids(all))
+	for _, e := range all {
+		require.Equal(t, e.Kind == audit.KindUnprotected, e.Unprotected, "row %s: unprotected only on unprotected grants", id(e))
+	}
+}
+
+// TestClickHouseMigratesAnOlderTable: a table made before the unprotected
+// grant columns existed gets them when Open meets it; its rows read back
+// with the columns' defaults and new rows keep every field.
+func TestClickHouseMigratesAnOlderTable(t *testing.T) {
+	url := testserver.StartClickHouse(t)
+	old := open(t, url, WithTable("old_events"))
+	// Make the table as the previous release did: without the new columns.
+	require.NoError(t, old.conn.Exec(t.Context(), "DROP TABLE "+old.table))
+	var oldDDL, oldNames []string
+	for _, c := range columns[:firstAdded] {
+		oldDDL, oldNames = append(oldDDL, c.name+" "+c.typ), append(oldNames, c.name)
+	}
+	require.NoError(t, old.conn.Exec(t.Context(), "CREATE TABLE "+old.table+" ("+strings.Join(oldDDL, ", ")+
+		") ENGINE = ReplacingMergeTree() ORDER BY (cluster_id, epoch, revision, key)"))
+	before := row(1, 1, 7, "jobs/a", audit.KindGrant)
+	batch, err := old.conn.PrepareBatch(t.Context(), "INSERT INTO "+old.table+" ("+strings.Join(oldNames, ", ")+")")
+	require.NoError(t, err)
+	require.NoError(t, batch.Append(values(&before)[:firstAdded]...))
+	require.NoError(t, batch.Send())
+	require.Equal(t, []string{"unprotected", "arbiter", "spool_seq"}, missingColumns(t, old), "the old table lacks the new columns")
+
+	s := open(t, url, WithTable("old_events"))
+	require.Empty(t, missingColumns(t, s), "Open added the new columns")
+	got, err := s.Query(t.Context(), audit.Filter{})
+	require.NoError(t, err)
+	if diff := cmp.Diff([]audit.Event{before}, got); diff != "" {
+		t.Fatalf("a row stored before the migration (-want +got):\n%s", diff)
+	}
+
+	grant := unprotectedRow(8, "jobs/a", 9)
+	require.NoError(t, s.Write(t.Context(), []audit.Event{grant}))
+	got, err = s.Query(t.Context(), audit.Filter{Kinds: []audit.Kind{audit.KindUnprotected}})
+	require.NoError(t, err)
+	if diff := cmp.Diff([]audit.Event{grant}, got); diff != "" {
+		t.Fatalf("a grant written to the migrated table (-want +got):\n%s", diff)
+	}
+	open(t, url, WithTable("old_events")) // and Open again changes nothing
+}
+
+// missingColumns lists the columns of columns the sink's table lacks.
+func missingColumns(t *testing.T, s *Sink) []string {
+	t.Helper()
+	db, table, _ := strings.Cut(s.table, ".")
+	rows, err := s.conn.Query(t.Context(), "SELECT name FROM system.columns WHERE database = ? AND table = ?", db, table)
+	require.NoError(t, err)
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		have[name] = true
+	}
+	require.NoError(t, rows.Err())
+	var missing []string
+	for _, c := range columns {
+		if !have[c.name] {
+			missing = append(missing, c.name)
+		}
+	}
+	return missing
 }
 
 func TestClickHouseReplay(t *testing.T) {
@@ -234,4 +330,68 @@ func TestClickHouseOpenHidesPassword(t *testing.T) {
 		require.ErrorIs(t, err, audit.ErrConfig)
 		require.NotContains(t, err.Error(), "s3cret")
 	}
+}
+
+// TestClickHouseDocQueriesRun runs every SQL block of docs/audit.md against
+// the table Open makes (so a renamed table or column fails here), and checks
+// that the reconciliation query lists exactly the unprotected grants made in
+// its window, by their grant time, not their shipping time.
+func TestClickHouseDocQueriesRun(t *testing.T) {
+	s := open(t, testserver.StartClickHouse(t))
+	doc, err := os.ReadFile("../../../docs/audit.md")
+	require.NoError(t, err)
+	outage := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC) // the doc's window: 02:00 to 03:00
+	g := func(rev int64, key string, seq uint64, acquired time.Time) audit.Event {
+		e := unprotectedRow(rev, key, seq)
+		e.AcquiredAt, e.ObservedAt = acquired, outage.Add(3*time.Hour) // shipped long after
+		return e
+	}
+	protected := row(1, 2, 40, "jobs/p", audit.KindGrant)
+	protected.AcquiredAt = outage.Add(time.Minute)
+	require.NoError(t, s.Write(t.Context(), []audit.Event{
+		g(50, "jobs/b", 2, outage.Add(30*time.Minute)),
+		g(50, "jobs/a", 1, outage.Add(10*time.Minute)),
+		g(51, "jobs/before", 3, outage.Add(-time.Second)),
+		g(51, "jobs/after", 4, outage.Add(time.Hour)),
+		protected,
+	}))
+
+	var blocks []string
+	for _, part := range strings.Split(string(doc), "```sql\n")[1:] {
+		q, _, ok := strings.Cut(part, "```")
+		require.True(t, ok, "an unclosed sql block")
+		blocks = append(blocks, strings.TrimSuffix(strings.TrimSpace(q), ";"))
+	}
+	require.GreaterOrEqual(t, len(blocks), 3)
+	var reconciled bool
+	for _, q := range blocks {
+		rows, err := s.conn.Query(t.Context(), q)
+		require.NoError(t, err, q)
+		if !strings.Contains(q, "'unprotected-grant'") {
+			for rows.Next() {
+			}
+			require.NoError(t, rows.Err(), q)
+			rows.Close()
+			continue
+		}
+		reconciled = true
+		var got []string
+		for rows.Next() {
+			var (
+				acquired, shipped           time.Time
+				key, class, holder, arbiter string
+				session, revision           int64
+				seq                         uint64
+			)
+			require.NoError(t, rows.Scan(&acquired, &key, &class, &holder, &session, &arbiter, &seq, &revision, &shipped))
+			require.Equal(t, "lockd-1", arbiter)
+			require.Equal(t, int64(50), revision)
+			require.Equal(t, outage.Add(3*time.Hour).Unix(), shipped.Unix())
+			got = append(got, fmt.Sprintf("%s#%d@%s", key, seq, acquired.UTC().Format("15:04")))
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		require.Equal(t, []string{"jobs/a#1@02:10", "jobs/b#2@02:30"}, got, "the grants made in the window, oldest first")
+	}
+	require.True(t, reconciled, "docs/audit.md has the reconciliation query")
 }

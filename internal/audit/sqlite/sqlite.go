@@ -42,15 +42,30 @@ CREATE TABLE IF NOT EXISTS events (
   to_epoch INTEGER NOT NULL,
   gap_from INTEGER NOT NULL,
   gap_to INTEGER NOT NULL,
+  unprotected INTEGER NOT NULL DEFAULT 0,
+  arbiter TEXT NOT NULL DEFAULT '',
+  spool_seq INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (cluster_id, epoch, revision, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_key ON events (key, revision);
 CREATE INDEX IF NOT EXISTS events_observed ON events (observed_at);
 `
 
+// added are the columns added to the events table after its first
+// release, in order: Open adds those a file made by an older lockd lacks.
+// Each has a default, so rows stored before read back with zero values.
+var added = []struct{ name, ddl string }{
+	{"unprotected", "unprotected INTEGER NOT NULL DEFAULT 0"},
+	{"arbiter", "arbiter TEXT NOT NULL DEFAULT ''"},
+	{"spool_seq", "spool_seq INTEGER NOT NULL DEFAULT 0"},
+}
+
 const columns = `cluster_id, epoch, revision, key, kind, class, observed_at, holder, session, token, acquired_at,
   ended_holder, ended_session, ended_token, ended_acquired_at, duration, requester, approver, reason,
-  from_epoch, to_epoch, gap_from, gap_to`
+  from_epoch, to_epoch, gap_from, gap_to, unprotected, arbiter, spool_seq`
+
+// ncolumns is how many columns columns lists.
+var ncolumns = strings.Count(columns, ",") + 1
 
 // Sink is the SQLite history. Safe for concurrent use.
 type Sink struct {
@@ -85,7 +100,54 @@ func Open(ctx context.Context, path string, opts ...Option) (*Sink, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w: sqlite: create the events table in %s: %v", audit.ErrSink, path, err)
 	}
+	if err := migrate(ctx, db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: sqlite: migrate the events table in %s: %v", audit.ErrSink, path, err)
+	}
 	return &Sink{db: db}, nil
+}
+
+// migrate adds the columns of added that the events table lacks (a file
+// an older lockd made). Another process may add one at the same time: a
+// failed ALTER is an error only if the column is still missing after it.
+func migrate(ctx context.Context, db *sql.DB) error {
+	have, err := tableColumns(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, c := range added {
+		if have[c.name] {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, "ALTER TABLE events ADD COLUMN "+c.ddl); err != nil {
+			now, err2 := tableColumns(ctx, db)
+			if err2 != nil || !now[c.name] {
+				return fmt.Errorf("add column %s: %w", c.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// tableColumns names the events table's columns.
+func tableColumns(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rs, err := db.QueryContext(ctx, "SELECT name FROM pragma_table_info('events')")
+	if err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	defer rs.Close()
+	have := map[string]bool{}
+	for rs.Next() {
+		var name string
+		if err := rs.Scan(&name); err != nil {
+			return nil, fmt.Errorf("read the table's columns: %w", err)
+		}
+		have[name] = true
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("read the table's columns: %w", err)
+	}
+	return have, nil
 }
 
 // rowsPerInsert is how many rows one INSERT statement carries: far fewer
@@ -103,8 +165,8 @@ func (s *Sink) Write(ctx context.Context, rows []audit.Event) error {
 		return fmt.Errorf("%w: sqlite: begin: %v", audit.ErrSink, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	one := "(" + strings.Repeat("?,", 22) + "?)"
-	args := make([]any, 0, 23*rowsPerInsert)
+	one := "(" + strings.Repeat("?,", ncolumns-1) + "?)"
+	args := make([]any, 0, ncolumns*rowsPerInsert)
 	for len(rows) > 0 {
 		n := min(len(rows), rowsPerInsert)
 		args = args[:0]
@@ -112,7 +174,8 @@ func (s *Sink) Write(ctx context.Context, rows []audit.Event) error {
 			args = append(args, int64(r.ClusterID), r.Epoch, r.Revision, r.Key, string(r.Kind), r.Class, nanos(r.ObservedAt),
 				r.Holder, r.Session, int64(r.Token), nanos(r.AcquiredAt),
 				r.EndedHolder, r.EndedSession, int64(r.EndedToken), nanos(r.EndedAcquiredAt), int64(r.Duration),
-				r.Requester, r.Approver, r.Reason, r.FromEpoch, r.ToEpoch, r.GapFrom, r.GapTo)
+				r.Requester, r.Approver, r.Reason, r.FromEpoch, r.ToEpoch, r.GapFrom, r.GapTo,
+				r.Unprotected, r.Arbiter, int64(r.SpoolSeq))
 		}
 		q := `INSERT OR IGNORE INTO events (` + columns + `) VALUES ` + strings.TrimSuffix(strings.Repeat(one+",", n), ",")
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
@@ -182,14 +245,14 @@ func (s *Sink) Query(ctx context.Context, f audit.Filter) ([]audit.Event, error)
 	var out []audit.Event
 	for rs.Next() {
 		var r audit.Event
-		var cluster, tok, endedTok, obs, acq, endedAcq, dur int64
+		var cluster, tok, endedTok, obs, acq, endedAcq, dur, seq int64
 		var kind string
 		if err := rs.Scan(&cluster, &r.Epoch, &r.Revision, &r.Key, &kind, &r.Class, &obs, &r.Holder, &r.Session, &tok, &acq,
 			&r.EndedHolder, &r.EndedSession, &endedTok, &endedAcq, &dur, &r.Requester, &r.Approver, &r.Reason,
-			&r.FromEpoch, &r.ToEpoch, &r.GapFrom, &r.GapTo); err != nil {
+			&r.FromEpoch, &r.ToEpoch, &r.GapFrom, &r.GapTo, &r.Unprotected, &r.Arbiter, &seq); err != nil {
 			return nil, fmt.Errorf("%w: sqlite: scan: %v", audit.ErrSink, err)
 		}
-		r.ClusterID, r.Token, r.EndedToken = uint64(cluster), uint64(tok), uint64(endedTok)
+		r.ClusterID, r.Token, r.EndedToken, r.SpoolSeq = uint64(cluster), uint64(tok), uint64(endedTok), uint64(seq)
 		r.Kind, r.Duration = audit.Kind(kind), time.Duration(dur)
 		r.ObservedAt, r.AcquiredAt, r.EndedAcquiredAt = fromNanos(obs), fromNanos(acq), fromNanos(endedAcq)
 		out = append(out, r)

@@ -25,6 +25,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/sessions"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/top"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/unprotected"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 )
 
@@ -139,6 +140,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(lock.NewCmdLock(f, nil))
 	root.AddCommand(inspect.NewCmdInspect(f, nil))
 	root.AddCommand(history.NewCmdHistory(f, nil))
+	root.AddCommand(unprotected.NewCmdUnprotected(f, nil))
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))

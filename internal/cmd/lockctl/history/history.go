@@ -4,7 +4,6 @@ package history
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
@@ -48,7 +47,10 @@ func NewCmdHistory(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			session closed (the holder ended its session), forced (two operators,
 			with the reason), epoch advance (an advance deleted every hold). A hold
 			still held has no end. Gaps, revisions the history lost to compaction,
-			are shown as notes.
+			are shown as notes. An unprotected grant, one lockd made without an etcd
+			quorum (token 0, for a class with onQuorumLoss: open), is shown as a
+			hold marked unprotected, with a note; its end is not recorded.
+			"lockctl unprotected" lists those of an outage.
 
 			An argument ending in "/" is a prefix: every key under it. Operators see
 			fencing tokens; others see keys they may lock, without tokens.
@@ -73,10 +75,10 @@ func NewCmdHistory(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			if opts.Limit < 0 {
 				return cli.Usagef("--limit must not be negative")
 			}
-			if _, err := parseWhen(opts.Since, opts.now()); err != nil {
+			if _, err := cmdutil.ParseWhen(opts.Since, opts.now()); err != nil {
 				return cli.Usagef("--since: %v", err)
 			}
-			if _, err := parseWhen(opts.Until, opts.now()); err != nil {
+			if _, err := cmdutil.ParseWhen(opts.Until, opts.now()); err != nil {
 				return cli.Usagef("--until: %v", err)
 			}
 			if runF != nil {
@@ -101,28 +103,10 @@ func (o *Options) now() time.Time {
 	return time.Now()
 }
 
-// parseWhen reads a duration before now or an RFC 3339 time; zero for "".
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, fmt.Errorf("a duration before now must not be negative, got %s", s)
-		}
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("want a duration before now (90m, 24h) or an RFC 3339 time (2026-12-01T02:14:00Z), got %q", s)
-	}
-	return t, nil
-}
-
 func historyRun(ctx context.Context, opts *Options) error {
 	now := opts.now()
-	since, _ := parseWhen(opts.Since, now)
-	until, _ := parseWhen(opts.Until, now)
+	since, _ := cmdutil.ParseWhen(opts.Since, now)
+	until, _ := cmdutil.ParseWhen(opts.Until, now)
 	req := &lockv1.HistoryRequest{Key: opts.Target, Identity: opts.Identity, Class: opts.Class, Limit: opts.Limit}
 	if !since.IsZero() {
 		req.Since = timestamppb.New(since)

@@ -66,6 +66,21 @@ func TestPrintHistory(t *testing.T) {
 	golden.AssertPrinted(t, "key-operator", NewView("payments/ledger/42", sample(true), false))
 	golden.AssertPrinted(t, "prefix-truncated", NewView("payments/", &lockv1.HistoryResponse{Truncated: true, Events: sample(false).Events[:3]}, true))
 	golden.AssertPrinted(t, "empty", NewView("demo/x", &lockv1.HistoryResponse{}, false))
+	golden.AssertPrinted(t, "unprotected", NewView("payments/ledger/", unprotectedSample(), true))
+}
+
+// unprotectedSample is a quorum loss: lockd-1 granted payments/ledger/42
+// without a quorum while the migrator's hold was live, and shipped the
+// grant when quorum returned; the migrator's hold then ended.
+func unprotectedSample() *lockv1.HistoryResponse {
+	k := "payments/ledger/42"
+	return &lockv1.HistoryResponse{Events: []*lockv1.HistoryEvent{
+		{Epoch: 1, Revision: 10, Key: k, Kind: "grant", Class: "payments/ledger", ObservedAt: at(-time.Hour), Holder: migrator, SessionId: 7587889412345678901, AcquiredAt: at(-time.Hour)},
+		{Epoch: 1, Revision: 12, Key: k, Kind: KindUnprotected, Class: "payments/ledger", ObservedAt: at(-10 * time.Minute),
+			Holder: reconciler, SessionId: 7587889412345679555, AcquiredAt: at(-40 * time.Minute), Unprotected: true, ArbiterId: "lockd-1", SpoolSeq: 3},
+		{Epoch: 1, Revision: 13, Key: k, Kind: "release", Class: "payments/ledger", ObservedAt: at(-5 * time.Minute),
+			EndedHolder: migrator, EndedSessionId: 7587889412345678901, EndedAcquiredAt: at(-time.Hour), Duration: durationpb.New(55 * time.Minute)},
+	}}
 }
 
 func TestNewViewPairsEachStartWithItsEnd(t *testing.T) {
@@ -83,6 +98,20 @@ func TestNewViewPairsEachStartWithItsEnd(t *testing.T) {
 	require.Len(t, v.Holds, 1)
 	require.Equal(t, reconciler, v.Holds[0].Holder)
 	require.Equal(t, EndExpired, v.Holds[0].Ended)
+
+	// An unprotected grant is a hold of its own, never closed by an end
+	// row of its key.
+	v = NewView("payments/ledger/", unprotectedSample(), true)
+	require.Len(t, v.Holds, 2)
+	require.Equal(t, migrator, v.Holds[0].Holder)
+	require.Equal(t, EndReleased, v.Holds[0].Ended, "the release ends the migrator's hold, not the unprotected grant")
+	u := v.Holds[1]
+	require.True(t, u.Unprotected)
+	require.Equal(t, "", u.Ended)
+	require.Equal(t, "lockd-1", u.Arbiter)
+	require.Equal(t, uint64(3), u.SpoolSeq)
+	require.Equal(t, int64(12), u.StartRevision)
+	require.Nil(t, u.Token)
 }
 
 func TestNewCmdHistoryFlags(t *testing.T) {

@@ -11,6 +11,9 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
+// KindUnprotected is the history's kind of an unprotected grant.
+const KindUnprotected = "unprotected-grant"
+
 // How a hold ended (HoldView.Ended).
 const (
 	EndReleased      = "released"
@@ -45,6 +48,14 @@ type HoldView struct {
 	DurationSeconds *float64 `json:"duration_seconds,omitempty"`
 	StartRevision   int64    `json:"start_revision,omitempty"`
 	EndRevision     int64    `json:"end_revision,omitempty"`
+	// Unprotected marks a grant lockd made without an etcd quorum (a class
+	// with onQuorumLoss: open), with token 0: another holder may have held
+	// the key at the same time. Arbiter and SpoolSeq name it; StartRevision
+	// is where it was shipped to etcd when quorum returned, not when it was
+	// granted. Its end is not recorded.
+	Unprotected bool   `json:"unprotected,omitempty"`
+	Arbiter     string `json:"arbiter_id,omitempty"`
+	SpoolSeq    uint64 `json:"spool_seq,omitempty"`
 }
 
 // GapView is revisions the history does not have.
@@ -121,6 +132,13 @@ func NewView(target string, r *lockv1.HistoryResponse, prefix bool) *View {
 			}
 			delete(open, e.GetKey())
 		}
+		if e.GetKind() == KindUnprotected {
+			// Not open: no end row of its key is its end.
+			v.Holds = append(v.Holds, HoldView{Key: e.GetKey(), Holder: e.GetHolder(), SessionID: e.GetSessionId(), Class: e.GetClass(),
+				Start: timePtr(e.GetAcquiredAt(), e.GetAcquiredAt() != nil), StartRevision: e.GetRevision(),
+				Unprotected: true, Arbiter: e.GetArbiterId(), SpoolSeq: e.GetSpoolSeq()})
+			continue
+		}
 		if e.GetKind() == "grant" || e.GetKind() == "handoff" {
 			v.Holds = append(v.Holds, HoldView{Key: e.GetKey(), Holder: e.GetHolder(), SessionID: e.GetSessionId(), Class: e.GetClass(),
 				Token: cmdutil.NewTokenView(e.GetToken()), Start: timePtr(e.GetAcquiredAt(), e.GetAcquiredAt() != nil), StartRevision: e.GetRevision()})
@@ -134,6 +152,9 @@ func NewView(target string, r *lockv1.HistoryResponse, prefix bool) *View {
 func (h *HoldView) how() string {
 	switch h.Ended {
 	case "":
+		if h.Unprotected {
+			return "unprotected"
+		}
 		return "held"
 	case EndHandedOff:
 		return "handed off"
@@ -195,6 +216,12 @@ func (v *View) Notes() []string {
 		if h.Ended == EndForced {
 			notes = append(notes, fmt.Sprintf("%s forced at revision %d: requested by %s, approved by %s: %q",
 				h.Key, h.EndRevision, strings.Join(h.ForcedBy[:1], ""), strings.Join(h.ForcedBy[1:], ""), h.Reason))
+		}
+	}
+	for _, h := range v.Holds {
+		if h.Unprotected {
+			notes = append(notes, fmt.Sprintf("%s: UNPROTECTED grant to %s by arbiter %s (spool #%d) without an etcd quorum, token 0, shipped at revision %d: "+
+				"another holder may have held it at the same time; its end is not recorded", h.Key, h.Holder, h.Arbiter, h.SpoolSeq, h.StartRevision))
 		}
 	}
 	for _, a := range v.Advances {
