@@ -19,6 +19,10 @@ type Fenced struct {
 	// DurableName, when set, names a second class, the same but with
 	// fairness: durable.
 	DurableName string
+	// OpenName, when set, names an efficiency class (advisory, so its TTL
+	// is OpenTTL, at least 30 s) declaring onQuorumLoss: open.
+	OpenName string
+	OpenTTL  time.Duration
 }
 
 // Write writes dir/<namespace>/classes.yaml with the class (or two) and
@@ -30,6 +34,11 @@ func Write(dir string, c Fenced, identities []string) error {
 	cls := classDoc(c.Name, c.Namespace, c.TTL, "", c.Resource)
 	if c.DurableName != "" {
 		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL, "  fairness: durable\n", c.Resource)
+	}
+	if c.OpenName != "" {
+		cls += "---\n" + strings.Replace(classDoc(c.OpenName, c.Namespace, c.OpenTTL,
+			"  onQuorumLoss: open\n  riskOwner: gate\n  waiverExpires: \"2099-01-01\"\n", c.Resource),
+			"purpose: correctness\n  enforcement: fenced", "purpose: efficiency\n  enforcement: advisory", 1)
 	}
 	var b strings.Builder
 	for i, id := range identities {

@@ -11,7 +11,8 @@ import (
 // is a class set lockd accepts, with the durable twin when asked.
 func TestWrittenClassesLoad(t *testing.T) {
 	dir := t.TempDir()
-	if err := Write(dir, Fenced{Namespace: "gate", Name: "fenced", DurableName: "fenced-durable", Resource: "r", TTL: 6 * time.Second},
+	if err := Write(dir, Fenced{Namespace: "gate", Name: "fenced", DurableName: "fenced-durable", Resource: "r", TTL: 6 * time.Second,
+		OpenName: "cache", OpenTTL: 30 * time.Second},
 		[]string{"spiffe://gate.local/w/0", "spiffe://gate.local/w/1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -24,6 +25,9 @@ func TestWrittenClassesLoad(t *testing.T) {
 		if !ok || c.Fairness != want || c.TTL != 6*time.Second || c.Enforcement != class.EnforcementFenced {
 			t.Errorf("class %s: %+v (found %v), want fenced, 6s, %s", name, c, ok, want)
 		}
+	}
+	if c, ok := set.Class("gate", "cache"); !ok || c.OnQuorumLoss != class.QuorumLossOpen || c.Enforcement != class.EnforcementAdvisory || c.TTL != 30*time.Second {
+		t.Errorf("class cache: %+v (found %v), want advisory, open on quorum loss, 30s", c, ok)
 	}
 	if n := len(set.Grants()); n != 2 {
 		t.Errorf("%d grants, want 2", n)

@@ -16,10 +16,12 @@ import (
 type Result struct {
 	Rows   int            `json:"rows"`
 	ByKind map[string]int `json:"byKind"`
-	// Grants, Releases and Forces are the observed operations checked.
-	Grants   int `json:"grants"`
-	Releases int `json:"releases"`
-	Forces   int `json:"forces"`
+	// Grants, Releases and Forces are the observed operations checked;
+	// Unprotected the unprotected grants (made without quorum).
+	Grants      int `json:"grants"`
+	Unprotected int `json:"unprotected"`
+	Releases    int `json:"releases"`
+	Forces      int `json:"forces"`
 	// RolledBack are observed grants or releases missing from the history
 	// inside a restore's or a rebuild's window: the store itself lost them
 	// (rolled back to the snapshot, or wiped) before the tailer read them.
@@ -41,9 +43,16 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 	res := Result{Rows: len(rows), ByKind: map[string]int{}}
 	started := map[uint64][]audit.Event{} // token -> rows that started it
 	ended := map[uint64][]audit.Event{}   // token -> rows that ended it
+	type spooled struct {
+		arbiter string
+		seq     uint64
+	}
+	unprotected := map[spooled]audit.Event{}
 	for _, r := range rows {
 		res.ByKind[string(r.Kind)]++
 		switch r.Kind {
+		case audit.KindUnprotected:
+			unprotected[spooled{r.Arbiter, r.SpoolSeq}] = r
 		case audit.KindGap:
 			res.Problems = append(res.Problems, fmt.Sprintf("gap: revisions %d-%d of cluster %x are missing (%s); the gate never compacts", r.GapFrom, r.GapTo, r.ClusterID, r.Reason))
 		case audit.KindGrant:
@@ -79,6 +88,17 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 		return false
 	}
 	for _, op := range ops {
+		if op.Kind == history.Unprotected && op.Outcome == history.Ok {
+			res.Unprotected++
+			r, ok := unprotected[spooled{op.Arbiter, op.SpoolSeq}]
+			switch {
+			case !ok:
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's unprotected grant of %s (lockd %s, spool seq %d) is not in the history", op.Worker, op.Key, op.Arbiter, op.SpoolSeq))
+			case r.Key != op.Key || !r.Unprotected || r.Token != 0:
+				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's unprotected grant of %s (lockd %s, spool seq %d) is in the history as %s of %s, unprotected=%v", op.Worker, op.Key, op.Arbiter, op.SpoolSeq, r.Kind, r.Key, r.Unprotected))
+			}
+			continue
+		}
 		if op.Outcome != history.Ok || op.Token == 0 {
 			continue
 		}

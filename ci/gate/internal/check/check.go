@@ -63,8 +63,12 @@ type Options struct {
 	ArtifactsDir string
 	// Faults are drawn on the visualisation's timeline, in the history's
 	// monotonic time; worker-pause faults also exempt the paused worker's
-	// holds from the gone check.
+	// holds from the gone check, and quorum-loss faults are the outages the
+	// quorum check holds grants to.
 	Faults []history.Fault
+	// OpenKeys are the keys taken under a class with onQuorumLoss: open;
+	// every other key's class is closed.
+	OpenKeys []string
 }
 
 // Grant identifies one granted acquire.
@@ -106,6 +110,10 @@ type Result struct {
 	Reenters int `json:"reenters"`
 	Forces   int `json:"forces"`
 	Losts    int `json:"losts"`
+	// Unprotected counts unprotected grants (token 0, without quorum).
+	Unprotected int `json:"unprotected"`
+	// QuorumLoss is the check of grants against the quorum-loss outages.
+	QuorumLoss QuorumResult `json:"quorum_loss"`
 	// GoneChecked counts the holds whose supervised child was checked to be
 	// gone before a later holder wrote; LateUnits lists those that were not.
 	GoneChecked int        `json:"gone_checked"`
@@ -189,12 +197,18 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 			}
 		case history.Lost:
 			res.Losts++
+		case history.Unprotected:
+			res.Unprotected++
 		}
 		if op.Outcome == history.Unknown {
 			res.Unknown++
 		}
 		switch op.Kind {
-		case history.Acquire, history.Check, history.Release, history.Reenter, history.Force, history.Lost:
+		case history.Lost:
+			if op.Outcome == history.Ok && op.Token != 0 { // token 0: an unprotected lock ended
+				lockOps = append(lockOps, operation(op))
+			}
+		case history.Acquire, history.Check, history.Release, history.Reenter, history.Force:
 			if op.Outcome == history.Ok {
 				lockOps = append(lockOps, operation(op))
 			}
@@ -247,6 +261,9 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 		res.Details = append(res.Details, describeLate(u))
 	}
 	res.Violations += len(res.LateUnits)
+	res.QuorumLoss = checkQuorumLoss(sorted, opt.Faults, opt.OpenKeys)
+	res.Details = append(res.Details, res.QuorumLoss.Details...)
+	res.Violations += len(res.QuorumLoss.Details)
 	return res, errors.Join(errs...)
 }
 
@@ -255,7 +272,7 @@ func validate(ops []history.Op) error {
 		where := fmt.Sprintf("check: w%d op %d (%s %q)", op.Worker, op.Seq, op.Kind, op.Key)
 		switch op.Kind {
 		case history.Acquire, history.Check, history.Read, history.Write, history.Release,
-			history.Reenter, history.Unhold, history.Force, history.Lost, history.Gone:
+			history.Reenter, history.Unhold, history.Force, history.Lost, history.Gone, history.Unprotected:
 		default:
 			return fmt.Errorf("%s: unknown kind", where)
 		}

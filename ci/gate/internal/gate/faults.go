@@ -8,7 +8,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
+	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -29,6 +31,11 @@ const (
 	// KindTailerKill SIGKILLs the elected audit tailer mid-batch and
 	// restarts it: the history must still be complete, without duplicates.
 	KindTailerKill = "tailer-kill"
+	// KindQuorumLoss SIGKILLs two of the three members, keeps them down
+	// past the arbiters' --open-after, and restarts them: closed classes
+	// must grant nothing meanwhile, open ones only unprotected grants, each
+	// in the history afterwards. Not in "all" (see Options.OpenKeys).
+	KindQuorumLoss = check.KindQuorumLoss
 	// KindReentrant is not scheduled: with it, workers sometimes acquire
 	// the key they hold again from a second goroutine, racing their own
 	// release; the count is the re-entries that happened.
@@ -38,7 +45,13 @@ const (
 // Kinds lists every fault kind, in the order "all" means.
 var Kinds = []string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
 	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
-	KindClassReload, KindTailerKill, KindReentrant}
+	KindClassReload, KindTailerKill, KindReentrant, KindQuorumLoss}
+
+// All is what --faults all means: every kind but quorum-loss, which needs
+// the open keys (--open-keys) and runs on its own.
+func All() []string {
+	return slices.DeleteFunc(slices.Clone(Kinds), func(k string) bool { return k == KindQuorumLoss })
+}
 
 // scheduled reports whether the schedule injects kind (rather than the
 // workers doing it all along).
@@ -107,6 +120,8 @@ func (r *run) needs(kind string) time.Duration {
 		return 10 * time.Second
 	case KindClassReload:
 		return 7 * time.Second
+	case KindQuorumLoss:
+		return 18 * time.Second
 	default:
 		return 5 * time.Second
 	}
@@ -185,15 +200,47 @@ func (r *run) fault(ctx context.Context, kind string) error {
 		err = r.forceRelease(ctx, &f)
 	case KindClassReload:
 		err = r.classReload(ctx, &f)
+	case KindQuorumLoss:
+		err = r.quorumLoss(&f)
 	default:
 		return fmt.Errorf("%w: unknown fault kind %q", ErrUsage, kind)
 	}
-	f.End = history.Now()
+	if f.End == 0 {
+		f.End = history.Now()
+	}
 	if err != nil {
 		f.Err = err.Error()
 	}
 	r.recordFault(f)
 	return err
+}
+
+// quorumLoss kills two members and restarts them after the arbiters have
+// had time to enter their open posture: their epoch reads time out after
+// --request-timeout (2 s), and the posture opens --open-after (3 s) after
+// the first failure. The fault's window, Start to End, is from the second
+// kill to the first restart: no write can commit in it.
+func (r *run) quorumLoss(f *history.Fault) error {
+	i := r.rnd.IntN(len(r.cl.Members))
+	down := []*cluster.Member{r.cl.Members[i], r.cl.Members[(i+1)%len(r.cl.Members)]}
+	f.Target = down[0].Name + "," + down[1].Name
+	for _, m := range down {
+		if err := r.cl.Kill(m); err != nil {
+			return err
+		}
+	}
+	f.Start = history.Now()
+	time.Sleep(time.Duration(10000+r.rnd.IntN(3000)) * time.Millisecond)
+	f.End = history.Now()
+	// Grants of every class are closed by design until the arbiters have
+	// read the epoch again after the restart.
+	f.GrantsClosedUntil = f.End + int64(4*time.Second)
+	for _, m := range down {
+		if err := r.cl.Restart(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nextAnnouncer waits for a worker that has just passed its CanStart check.

@@ -43,10 +43,17 @@ const (
 	// DurableClassName is ClassName with fairness durable: the second half
 	// of the keys are taken under it (durableKeys).
 	DurableClassName = "fenced-durable"
-	TTL              = 6 * time.Second
-	LowTTL           = 5 * time.Second
-	operator         = "spiffe://gate.local/operator"
-	operator2        = "spiffe://gate.local/operator-2"
+	// OpenClassName is an efficiency class (advisory, so its TTL is at
+	// least 30 s) declaring onQuorumLoss: open; --open-keys are taken
+	// under it.
+	OpenClassName = "cache"
+	OpenTTL       = 30 * time.Second
+	// OpenAfter is the arbiters' --open-after.
+	OpenAfter = 3 * time.Second
+	TTL       = 6 * time.Second
+	LowTTL    = 5 * time.Second
+	operator  = "spiffe://gate.local/operator"
+	operator2 = "spiffe://gate.local/operator-2"
 )
 
 // Errors.
@@ -65,6 +72,11 @@ type Options struct {
 	Workers  int
 	Arbiters int
 	Keys     int
+	// OpenKeys are more keys, gate/o<i>, taken under OpenClassName. The
+	// quorum-loss fault checks what they are granted without quorum. The
+	// open class's 30 s TTL lengthens every epoch advance's grace, so a
+	// run with restores or rebuilds does without them.
+	OpenKeys int
 	Store    string // auto, postgres, memory
 	Postgres string // an existing PostgreSQL URL (optional)
 	Fencing  bool   // false: the negative control, the store accepts stale tokens
@@ -130,6 +142,7 @@ type run struct {
 	storeURL string
 	rec      *history.Recorder // the gate's own operations (force-releases)
 	grantOf  []string          // each worker's identity, for the class files
+	openKeys []string          // the keys of the open class
 
 	stopPG  func() error
 	stopMem func()
@@ -250,7 +263,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/k%d", Namespace, i)
 	}
-	if err := r.startStore(ctx, keys, s); err != nil {
+	r.openKeys = openKeys(o.OpenKeys)
+	if err := r.startStore(ctx, append(slices.Clone(keys), r.openKeys...), s); err != nil {
 		return err
 	}
 
@@ -296,6 +310,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
 			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
 			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s",
+			"--open-after", OpenAfter.String(),
 			// A first deployment: epoch 1 on this cluster only. After the
 			// store-rebuild fault (same cluster ID, empty store) it does
 			// nothing: every lockd's data dir then records an epoch.
@@ -349,6 +364,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 			"--durable-keys", strings.Join(durableKeys(keys), ","), "--durable-class", Namespace + "/" + DurableClassName,
 			"--history", filepath.Join(r.dir, "histories", fmt.Sprintf("worker-%d.jsonl", i)),
 			"--store", r.storeURL, "--seed", strconv.FormatUint(o.Seed, 10)}
+		if len(r.openKeys) > 0 {
+			w.Args = append(w.Args, "--open-keys", strings.Join(r.openKeys, ","), "--open-class", Namespace+"/"+OpenClassName)
+		}
 		if childWorker(i) {
 			w.Args = append(w.Args, "--child")
 		} else if slices.Contains(o.Faults, KindReentrant) {
@@ -453,7 +471,7 @@ func (r *run) verdict(s *Summary) error {
 	if err != nil {
 		return err
 	}
-	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults})
+	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys})
 	if err != nil {
 		return err
 	}
@@ -493,6 +511,8 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: the durable line: %d, the first: %s", ErrViolation, len(s.Line.Violations), s.Line.Violations[0])
 	case len(s.Line.ReadErrors) > 0:
 		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
+	case res.QuorumLoss.Outages > 0 && len(r.openKeys) > 0 && res.QuorumLoss.Unprotected == 0:
+		verr = fmt.Errorf("%w: %d quorum losses and no unprotected grant of an open key: the open posture was not exercised", ErrTooLittle, res.QuorumLoss.Outages)
 	case s.Line.Contested == 0:
 		verr = fmt.Errorf("%w: no durable key was granted with waiters in line: the durable-line check checked nothing", ErrTooLittle)
 	case !ares.Passed():
@@ -545,6 +565,15 @@ func (r *run) lineVerdict() LineResult {
 		out.Add(linecheck.Check(life))
 	}
 	return out
+}
+
+// openKeys are the n keys taken under the open class.
+func openKeys(n int) []string {
+	var keys []string
+	for i := range n {
+		keys = append(keys, fmt.Sprintf("%s/o%d", Namespace, i))
+	}
+	return keys
 }
 
 // durableKeys are the keys taken under the durable class: the second half.

@@ -50,12 +50,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	o := Options{Out: stdout}
-	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" or \"none\": "+strings.Join(Kinds, ", "))
+	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" (every kind but quorum-loss) or \"none\": "+strings.Join(Kinds, ", "))
 	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long workers run under faults")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the schedule and the workers (0: from the clock; printed)")
 	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
 	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
 	fs.IntVar(&o.Keys, "keys", 4, "keys the workers contend on")
+	fs.IntVar(&o.OpenKeys, "open-keys", 0, "more keys, under an efficiency class open on quorum loss (for the quorum-loss fault)")
 	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
 	fs.BoolVar(&o.Fencing, "fencing", true, "false: the store accepts writes without comparing tokens (negative control)")
@@ -78,7 +79,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	switch *faults {
 	case "all":
-		o.Faults = append([]string(nil), Kinds...)
+		o.Faults = All()
 	case "none", "":
 	default:
 		for _, k := range strings.Split(*faults, ",") {
@@ -126,6 +127,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		fmt.Fprintf(stdout, "  violation: durable line: %s\n", v)
+	}
+	if q := c.QuorumLoss; q.Outages > 0 {
+		fmt.Fprintf(stdout, "quorum loss: %d outages, %d grants inside them, %d unprotected grants (%d checked in the history)\n",
+			q.Outages, q.Inside, q.Unprotected, a.Unprotected)
 	}
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {

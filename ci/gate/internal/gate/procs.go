@@ -18,8 +18,11 @@ func (r *run) writeClasses(ttl time.Duration, drop int) error {
 			ids = append(ids, id)
 		}
 	}
-	return classdir.Write(filepath.Join(r.dir, "classes"), classdir.Fenced{Namespace: Namespace, Name: ClassName,
-		DurableName: DurableClassName, Resource: "gate-store", TTL: ttl}, ids)
+	c := classdir.Fenced{Namespace: Namespace, Name: ClassName, DurableName: DurableClassName, Resource: "gate-store", TTL: ttl}
+	if len(r.openKeys) > 0 {
+		c.OpenName, c.OpenTTL = OpenClassName, OpenTTL
+	}
+	return classdir.Write(filepath.Join(r.dir, "classes"), c, ids)
 }
 
 func workerID(i int) string { return fmt.Sprintf("spiffe://gate.local/worker/%d", i) }

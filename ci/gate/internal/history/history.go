@@ -56,6 +56,11 @@ const (
 	// process, having stopped: the child's own last record before it exits,
 	// or the supervisor's SIGKILL.
 	Gone Kind = "gone"
+	// Unprotected is an Acquire that lockd answered with an unprotected
+	// grant (made without quorum, token 0), grant SpoolSeq of Arbiter. It is
+	// in neither model: such a grant excludes nobody, and the worker writes
+	// nothing under it (CanStart is false).
+	Unprotected Kind = "unprotected"
 )
 
 // Instant records an operation that happens at one moment (Call = Return).
@@ -94,6 +99,9 @@ type Op struct {
 	Call   int64  `json:"call"`
 	Return int64  `json:"return,omitempty"`
 	Err    string `json:"err,omitempty"`
+	// Arbiter and SpoolSeq name an unprotected grant.
+	Arbiter  string `json:"arbiter,omitempty"`
+	SpoolSeq uint64 `json:"spoolSeq,omitempty"`
 }
 
 // Fault is one injected fault, for the report's timeline.

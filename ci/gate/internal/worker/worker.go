@@ -55,7 +55,12 @@ type Options struct {
 	Keys     []string
 	Class    string
 	// DurableKeys are taken under DurableClass (fairness durable) instead.
-	DurableKeys  []string
+	DurableKeys []string
+	// OpenKeys are taken under OpenClass (onQuorumLoss: open): without a
+	// quorum lockd grants them unprotected, and the worker then writes
+	// nothing (CanStart is false) and releases.
+	OpenKeys     []string
+	OpenClass    string
 	DurableClass string
 	History      string
 	Store        string // a postgres:// URL or the gate's http:// store
@@ -76,6 +81,8 @@ func Run(args []string) error {
 	fs.StringVar(&o.Class, "class", "", "lock class")
 	durableKeys := fs.String("durable-keys", "", "comma-separated keys taken under --durable-class")
 	fs.StringVar(&o.DurableClass, "durable-class", "", "lock class with durable fairness")
+	openKeys := fs.String("open-keys", "", "comma-separated keys taken under --open-class")
+	fs.StringVar(&o.OpenClass, "open-class", "", "lock class with onQuorumLoss: open")
 	fs.StringVar(&o.History, "history", "", "history file")
 	fs.StringVar(&o.Store, "store", "", "store URL")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed")
@@ -89,6 +96,9 @@ func Run(args []string) error {
 	if *durableKeys != "" {
 		o.DurableKeys = strings.Split(*durableKeys, ",")
 	}
+	if *openKeys != "" {
+		o.OpenKeys = strings.Split(*openKeys, ",")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return o.run(ctx)
@@ -96,8 +106,11 @@ func Run(args []string) error {
 
 // classOf is the class key is taken under.
 func (o Options) classOf(key string) string {
-	if slices.Contains(o.DurableKeys, key) {
+	switch {
+	case slices.Contains(o.DurableKeys, key):
 		return o.DurableClass
+	case slices.Contains(o.OpenKeys, key):
+		return o.OpenClass
 	}
 	return o.Class
 }
@@ -203,6 +216,10 @@ func (w *worker) acquire(ctx context.Context, cli *client.Client, key string, on
 		return nil, err
 	}
 	op.Token = l.Token()
+	if l.Unprotected() {
+		op.Kind = history.Unprotected
+		op.Arbiter, op.SpoolSeq = l.Spooled()
+	}
 	w.rec.End(op, history.Ok)
 	return l, nil
 }
@@ -213,6 +230,9 @@ func (w *worker) round(ctx context.Context) error {
 		return err
 	}
 	key := w.o.Keys[w.rnd.IntN(len(w.o.Keys))]
+	if n := len(w.o.OpenKeys); n > 0 && w.rnd.IntN(len(w.o.Keys)+n) < n {
+		key = w.o.OpenKeys[w.rnd.IntN(n)]
+	}
 	onFence := w.onFence(key)
 	var fence *lock.Fence
 	var heldTok uint64 // set before fence.Start, read under the Fence's lock after it
@@ -234,6 +254,16 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	tok := l.Token()
 	heldTok = tok
+	if l.Unprotected() {
+		// Nothing to do under it: CanStart is false. Hold it a while so
+		// that others meet it, then let it go (unrecorded: it is in no
+		// model).
+		time.Sleep(time.Duration(100+w.rnd.IntN(300)) * time.Millisecond)
+		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+		return nil
+	}
 
 	if w.o.Child {
 		w.childUnit(ctx, l, key, fence)
@@ -242,7 +272,7 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	var second sync.WaitGroup
 	releaseKind := history.Release
-	if w.o.Reentrant && w.rnd.IntN(10) < 4 {
+	if w.o.Reentrant && !slices.Contains(w.o.OpenKeys, key) && w.rnd.IntN(10) < 4 {
 		releaseKind = history.Unhold // which release is the last is not known
 		second.Add(1)
 		delay := time.Duration(w.rnd.IntN(400)) * time.Millisecond
