@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -85,9 +86,10 @@ type openState struct {
 	id    string
 	sp    *spool.Spool
 
+	// posture is read without mu (every Acquire reads it) and written
+	// under it.
+	posture   atomic.Int32
 	mu        sync.Mutex
-	posture   posture
-	since     time.Time            // when the posture last changed
 	holds     map[string]*openHold // lock key -> hold (mu)
 	appends   int                  // spool appends in flight (mu)
 	unshipped bool                 // the spool has entries to ship (mu)
@@ -100,6 +102,11 @@ func newOpenState(after time.Duration, id string, sp *spool.Spool, unshipped boo
 	return &openState{after: after, id: id, sp: sp, holds: map[string]*openHold{},
 		unshipped: unshipped, changed: make(chan struct{})}
 }
+
+func (o *openState) load() posture { return posture(o.posture.Load()) }
+
+// set moves the posture (mu held).
+func (o *openState) set(p posture) { o.posture.Store(int32(p)) }
 
 // signalLocked wakes everyone waiting on changed.
 func (o *openState) signalLocked() {
@@ -117,9 +124,7 @@ func (a *Arbiter) Posture() string {
 	if a.open == nil {
 		return postureQuorum.String()
 	}
-	a.open.mu.Lock()
-	defer a.open.mu.Unlock()
-	return a.open.posture.String()
+	return a.open.load().String()
 }
 
 // noQuorumFor is how long the store has certainly been without a quorum:
@@ -164,10 +169,10 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 	o := a.open
 	age, fresh := a.noQuorumFor(), time.Since(a.epoch.Load().readAt) <= a.maxEpochAge
 	o.mu.Lock()
-	p, unshipped := o.posture, o.unshipped
+	p, unshipped := o.load(), o.unshipped
 	switch {
 	case p == postureQuorum && age > o.after && !a.Sealed():
-		o.posture, o.since = postureOpen, time.Now()
+		o.set(postureOpen)
 		o.signalLocked()
 		o.mu.Unlock()
 		a.metrics.openPosture.Set(1)
@@ -175,7 +180,7 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 			"no_quorum_for", age.Round(time.Millisecond).String(), "open_after", o.after.String(), "arbiter", o.id)
 		return
 	case p == postureOpen && fresh:
-		o.posture, o.since = postureRecovering, time.Now()
+		o.set(postureRecovering)
 		o.signalLocked()
 		o.mu.Unlock()
 		a.log.Warn("etcd quorum returned: ending local sessions and shipping unprotected grants to the history", "arbiter", o.id)
@@ -195,7 +200,8 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 			return
 		}
 		o.mu.Lock()
-		o.posture, o.since, o.unshipped = postureQuorum, time.Now(), false
+		o.set(postureQuorum)
+		o.unshipped = false
 		o.signalLocked()
 		o.mu.Unlock()
 		a.metrics.openPosture.Set(0)
@@ -241,9 +247,7 @@ func (a *Arbiter) openPosture() bool {
 	if a.open == nil {
 		return false
 	}
-	a.open.mu.Lock()
-	defer a.open.mu.Unlock()
-	return a.open.posture == postureOpen
+	return a.open.load() == postureOpen
 }
 
 // localExpired reports whether a local session has gone a TTL without a
@@ -322,10 +326,8 @@ func (a *Arbiter) localSession(identity string, id int64) (*sessionInfo, error) 
 // reports handled false when the request goes the normal way, to etcd.
 func (a *Arbiter) acquireWithoutQuorum(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, bool, error) {
 	o := a.open
-	o.mu.Lock()
-	p := o.posture
-	o.mu.Unlock()
-	open := cls.OnQuorumLoss == class.QuorumLossOpen
+	p := o.load()
+	open := cls.OnQuorumLoss == class.QuorumLossOpen || brokenOpenAll
 	ref := cls.Namespace + "/" + cls.Name
 	switch {
 	case p == postureOpen && !open:
@@ -362,7 +364,7 @@ func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *clas
 	deadline := time.Now().Add(req.Wait)
 	for {
 		o.mu.Lock()
-		if o.posture != postureOpen {
+		if o.load() != postureOpen {
 			o.mu.Unlock()
 			return Grant{}, fmt.Errorf("%w: etcd quorum has just returned; acquire again", ErrUnavailable)
 		}
@@ -507,7 +509,7 @@ func (a *Arbiter) shipSpool(ctx context.Context) (int, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.appends > 0 || o.posture == postureOpen {
+	if o.appends > 0 || o.load() == postureOpen {
 		return shipped, nil // more may come; Reset only an idle spool
 	}
 	if err := o.sp.Reset(); err != nil && !errors.Is(err, spool.ErrClosed) {

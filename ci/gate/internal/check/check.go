@@ -2,7 +2,7 @@
 // history) is consistent with what lockd promises, using the porcupine
 // linearizability checker.
 //
-// It checks three things:
+// It checks four things:
 //
 //   - The lock model, per key, over the acquire, check and release
 //     operations: every grant's fencing token is larger than every grant
@@ -16,6 +16,9 @@
 //     violation the gate's negative control must produce.
 //   - Token uniqueness: no two granted acquires, on any keys, carry the same
 //     token.
+//   - Quorum loss (quorum.go): while two members are stopped, closed classes
+//     grant nothing and open ones only unprotected grants (token 0), which
+//     are in neither model.
 //
 // What it does not check: the lock model cannot see lease expiry, so an
 // acquire over a key that is still held is allowed (the earlier holder is

@@ -84,6 +84,9 @@ type Options struct {
 	// BrokenLine builds lockd handing a durable key to the last waiter in
 	// line instead of the first (control for the durable-line check).
 	BrokenLine bool
+	// BrokenOpen builds lockd granting every class, closed ones too, from
+	// memory in its open posture (control for the quorum-loss check).
+	BrokenOpen bool
 	LateFence  bool // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
 	Expect     bool // expect at least one violation (controls)
 	// MinGrants fails a run with fewer successful grants; negative means
@@ -239,6 +242,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		args = append(args, "-tags", "gate_broken_grant")
 	case o.BrokenLine:
 		args = append(args, "-tags", "gate_broken_line")
+	case o.BrokenOpen:
+		args = append(args, "-tags", "gate_broken_open")
 	}
 	args = append(args, "github.com/lockd-dev/lockd/cmd/lockd")
 	r.logf("gate: go %s", strings.Join(args, " "))

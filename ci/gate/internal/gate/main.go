@@ -62,6 +62,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Fencing, "fencing", true, "false: the store accepts writes without comparing tokens (negative control)")
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
 	fs.BoolVar(&o.BrokenLine, "broken-line", false, "build lockd handing a durable key to the last waiter in line, not the first (control)")
+	fs.BoolVar(&o.BrokenOpen, "broken-open", false, "build lockd granting closed classes from memory too while it has no quorum (control for the quorum-loss check)")
 	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
 	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration outside the windows restores and rebuilds close by design)")
