@@ -660,8 +660,12 @@ func (a *Arbiter) seenTTL() time.Duration {
 }
 
 // Ready reports whether the arbiter can grant: etcd answers and the store is
-// not sealed.
+// not sealed, or it is in its open posture with a class open on quorum loss
+// to grant (unprotected).
 func (a *Arbiter) Ready(ctx context.Context) error {
+	if a.servesOpen() {
+		return nil // without quorum, but serving the classes open on quorum loss
+	}
 	if _, err := a.reloadEpoch(ctx); err != nil {
 		return err
 	}

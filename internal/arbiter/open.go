@@ -241,6 +241,22 @@ func (a *Arbiter) keepLocal(s *sessionInfo) (*KeepAliveAnswer, error) {
 	return &KeepAliveAnswer{Session: s.id, TTL: s.ttl, Epoch: a.epoch.Load().epoch}, nil
 }
 
+// servesOpen reports whether the arbiter is in its open posture with a
+// class open on quorum loss to serve: then it is ready for traffic (Ready),
+// or a load balancer that follows readiness would take every lockd out of
+// service in the outage the class owner chose to be served through.
+func (a *Arbiter) servesOpen() bool {
+	if !a.openPosture() {
+		return false
+	}
+	for _, c := range a.policy.Load().Classes.Classes() {
+		if c.OnQuorumLoss == class.QuorumLossOpen {
+			return true
+		}
+	}
+	return false
+}
+
 // openPosture reports whether the arbiter grants open classes from memory
 // now.
 func (a *Arbiter) openPosture() bool {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,6 +135,19 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 		t.Fatalf("open posture %s after the quorum was lost, before OpenAfter %s", waited, openAfter)
 	}
 
+	ready := func() (int, string) {
+		resp, err := http.Get("http://" + o.env.MetricsAddr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := ready(); code != http.StatusOK || !strings.Contains(body, "open posture") {
+		t.Fatalf("/readyz in the open posture with an open class: %d %q; want 200 saying open posture (a load balancer must keep sending traffic)", code, body)
+	}
+
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	_, err = acquire(ctx, alice, etcdSession, "t/closed", "std", 0)
@@ -177,6 +192,9 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 	}
 
 	o.regainQuorum(t)
+	if code, body := ready(); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/readyz with quorum back: %d %q", code, body)
+	}
 	ka, err = keepAliveOnce(t, alice, as)
 	if err != nil || ka.GetTtl().AsDuration() != 0 || !ka.GetUnprotectedEnded() {
 		t.Fatalf("keepalive of a local session after quorum returned: %v %v; want ttl 0 and unprotected_ended", ka, err)

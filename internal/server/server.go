@@ -444,7 +444,9 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the
-// arbiter is sealed or etcd does not answer, and says which.
+// arbiter is sealed or etcd does not answer, and says which; in the open
+// posture, with a class open on quorum loss loaded, it is ready and says
+// that only those classes are granted, unprotected.
 func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -457,6 +459,10 @@ func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
 		if err := s.arb.Ready(ctx); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		if s.arb.Posture() == "open" {
+			_, _ = io.WriteString(w, "ok: open posture: no etcd quorum; only classes with onQuorumLoss: open are granted, unprotected (token 0)\n")
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
