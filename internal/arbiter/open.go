@@ -167,7 +167,12 @@ func (a *Arbiter) postureLoop(ctx context.Context) {
 
 func (a *Arbiter) stepPosture(ctx context.Context) {
 	o := a.open
-	age, fresh := a.noQuorumFor(), time.Since(a.epoch.Load().readAt) <= a.maxEpochAge
+	// Quorum is back once a read has succeeded since the failures began
+	// (which clears them), not merely when the last good read is recent:
+	// failures that come fast could open the posture within maxEpochAge of
+	// that read, and it would flap.
+	age := a.noQuorumFor()
+	fresh := age == 0 && time.Since(a.epoch.Load().readAt) <= a.maxEpochAge
 	o.mu.Lock()
 	p, unshipped := o.load(), o.unshipped
 	switch {
