@@ -192,7 +192,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	err = d.arb.Start(startCtx)
 	cancelStart()
 	if err != nil {
-		d.arb = nil // never started: nothing to close
+		d.arb.Close() // never started: this releases its spool
+		d.arb = nil
 		return nil, fmt.Errorf("start arbiter: %w", err)
 	}
 
