@@ -162,9 +162,6 @@ type Arbiter struct {
 		rev   int64
 	}
 	maxTTLSeen atomic.Int64 // seconds
-	// revSeen is the highest store revision in a response this arbiter
-	// checked; a durable waiter joins with an order key past it (nextSeq).
-	revSeen atomic.Int64
 	// storeChanged is closed (and replaced) when the epoch state changes.
 	storeMu      sync.Mutex
 	storeChanged chan struct{}

@@ -18,15 +18,11 @@ import (
 //
 // A waiter is a key under the key's durable line, /q/<key>#<session>, on
 // the waiter's session lease; its create revision is its place in line. The
-// head is the waiter with the lowest create revision. With its waiter key,
-// in the same transaction and on the same lease, a waiter puts an order
-// key, /q/<key>!<seq>.<session>, comparing that no order key of the line
-// sorts at or after it: so order keys sort in create-revision order, and
-// the head's sorts first. Only the head is granted, always by a
-// transaction that compares both its keys' create revisions and that the
-// key range before its order key is empty, and deletes both with the
-// hold's put: the release handing the key over (handoffDurable), or the
-// head's own attempt when the key is free.
+// head is the waiter with the lowest create revision, and only the head is
+// granted, always by a transaction that compares its waiter key's create
+// revision and that no waiter key of the key was created before it, and
+// deletes its waiter key with the hold's put: the release handing the key
+// over (handoffDurable), or the head's own attempt when the key is free.
 // Every other grant of the key, of any class, compares the line empty
 // (tryGrant, the best-effort handoff). So a waiter that is not head is
 // never granted, whichever arbiter serves it and across arbiter restarts.
@@ -47,9 +43,7 @@ import (
 //
 // The cost: one write per waiter more than a best-effort grant (joining;
 // it leaves in its grant's transaction, or with one more write if it gives
-// up). The head compare reads an empty key range, whatever the line's
-// length, and a waiter's position is a count of the order keys before its
-// own.
+// up), and the head compare reads the whole line in etcd's apply.
 
 // staleWaiterGrace is how long past its recorded deadline a waiter must be
 // before another waiter removes it.
@@ -68,8 +62,7 @@ func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *c
 			return Grant{}, err
 		}
 		defer a.uncountWaiter(req.Caller.String())
-		seq := a.nextSeq()
-		first.ord, first.join = keyspace.QueueOrderKey(req.Key, seq, req.Session), d.record(nil, seq, deadline)
+		first.join = d.record(nil, deadline)
 	}
 	att, err := d.attempt(ctx, first)
 	if err != nil {
@@ -78,19 +71,8 @@ func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *c
 	if att.granted {
 		return a.releaseIfGone(ctx, req, att.grant)
 	}
-	switch {
-	case att.joined:
-		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision, ord: first.ord}
-	case att.own != nil && orderKey(req.Key, att.own) == "":
-		// A place taken before order keys: it cannot be granted; give it
-		// up and join again at the end.
+	if att.own != nil {
 		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision}
-		if g, held := d.leave(); held {
-			return a.releaseIfGone(ctx, req, g)
-		}
-		att.own = nil
-	case att.own != nil:
-		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision, ord: orderKey(req.Key, att.own)}
 	}
 	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
 		if att.own != nil {
@@ -148,12 +130,12 @@ func (d *durable) attempt(ctx context.Context, pos linePos) (attempt, error) {
 	return d.a.tryGrant(ctx, d.req.Key, val, d.req.Session, at, pos)
 }
 
-// record is the caller's waiter record for order key seq, with its wait's
-// deadline; own is its existing waiter key, whose joining time is kept.
-func (d *durable) record(own *mvccpb.KeyValue, seq uint64, deadline time.Time) string {
+// record is the caller's waiter record, with its wait's deadline; own is
+// its existing waiter key, whose joining time is kept.
+func (d *durable) record(own *mvccpb.KeyValue, deadline time.Time) string {
 	now := d.a.now()
 	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: d.class,
-		QueuedAt: now.UnixNano(), Deadline: now.Add(time.Until(deadline)).UnixNano(), Seq: seq}
+		QueuedAt: now.UnixNano(), Deadline: now.Add(time.Until(deadline)).UnixNano()}
 	if own != nil {
 		if old, err := keyspace.DecodeWaiter(own.Value); err == nil && old.QueuedAt != 0 {
 			rec.QueuedAt = old.QueuedAt
@@ -163,66 +145,36 @@ func (d *durable) record(own *mvccpb.KeyValue, seq uint64, deadline time.Time) s
 	return string(b)
 }
 
-// nextSeq is a sequence for a new order key: past every store revision
-// this arbiter has seen, so in the usual case past every order key in the
-// line (each was joined with a sequence no higher than the revision it
-// was created at). When it is not, the join's compare refuses it and the
-// join tries again past the refusal's revision.
-func (a *Arbiter) nextSeq() uint64 { return uint64(a.revSeen.Load()) + 1 }
-
 // join takes a place at the end of the line, or keeps own, the place the
-// session already has at d.pos (with its deadline moved to this
-// request's).
+// session already has (with its deadline moved to this request's).
 func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.Time) error {
-	var last uint64 // the highest order key's sequence a refusal showed
-	for range 3 {
-		var cmps []clientv3.Cmp
-		var then []clientv3.Op
-		pos := d.pos
-		if own != nil {
-			w, _ := keyspace.DecodeWaiter(own.Value)
-			rec := d.record(own, w.Seq, deadline)
-			cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.qk), "=", own.CreateRevision),
-				clientv3.Compare(clientv3.CreateRevision(pos.ord), "=", own.CreateRevision)}
-			then = joinOps(d.qk, pos.ord, rec, d.req.Session)
-		} else {
-			seq := max(d.a.nextSeq(), last+1)
-			pos = linePos{qk: d.qk, ord: keyspace.QueueOrderKey(d.req.Key, seq, d.req.Session)}
-			cmps, then = joinCmps(d.req.Key, d.qk, pos.ord), joinOps(d.qk, pos.ord, d.record(nil, seq, deadline), d.req.Session)
-		}
-		cctx, cancel := d.a.callCtx(ctx)
-		resp, err := d.a.cli.Txn(cctx).If(cmps...).Then(then...).Else(clientv3.OpGet(d.qk),
-			clientv3.OpGet(keyspace.QueueOrderRange(d.req.Key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1))).Commit()
-		cancel()
-		if err != nil {
-			return storeErr(ctx, err)
-		}
-		if _, err := d.a.checkHeader(resp.Header); err != nil {
-			return err
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		switch {
-		case resp.Succeeded && own != nil:
-			return nil
-		case resp.Succeeded:
-			pos.rev = resp.Header.Revision
-			d.pos = pos
-			return nil
-		case own == nil && len(kvs) > 0 && orderKey(d.req.Key, kvs[0]) != "":
-			// Another request of the session joined first: share its place.
-			d.pos = linePos{qk: d.qk, rev: kvs[0].CreateRevision, ord: orderKey(d.req.Key, kvs[0])}
-			return nil
-		case own == nil && len(kvs) == 0:
-			// An order key at or past this one: again, past it and past
-			// this response's revision (nextSeq).
-			if lk := resp.Responses[1].GetResponseRange().GetKvs(); len(lk) > 0 {
-				last = keyspace.OrderSeq(string(lk[0].Key))
-			}
-		default:
-			return fmt.Errorf("%w: waiter key %s kept changing", ErrUnavailable, d.qk)
-		}
+	cmp := clientv3.Compare(clientv3.CreateRevision(d.qk), "=", 0)
+	if own != nil {
+		cmp = clientv3.Compare(clientv3.CreateRevision(d.qk), "=", own.CreateRevision)
 	}
-	return fmt.Errorf("%w: the durable line of %s kept growing past this waiter's order key", ErrUnavailable, d.req.Key)
+	cctx, cancel := d.a.callCtx(ctx)
+	defer cancel()
+	resp, err := d.a.cli.Txn(cctx).If(cmp).
+		Then(clientv3.OpPut(d.qk, d.record(own, deadline), clientv3.WithLease(clientv3.LeaseID(d.req.Session)))).
+		Else(clientv3.OpGet(d.qk)).Commit()
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	if _, err := d.a.checkHeader(resp.Header); err != nil {
+		return err
+	}
+	switch {
+	case resp.Succeeded && own != nil:
+		d.pos = linePos{qk: d.qk, rev: own.CreateRevision}
+	case resp.Succeeded:
+		d.pos = linePos{qk: d.qk, rev: resp.Header.Revision}
+	case len(resp.Responses[0].GetResponseRange().Kvs) > 0:
+		// Another request of the session joined first: share its place.
+		d.pos = linePos{qk: d.qk, rev: resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision}
+	default:
+		return fmt.Errorf("%w: waiter key %s kept changing", ErrUnavailable, d.qk)
+	}
+	return nil
 }
 
 // wait keeps the place until the key is granted (by its own transaction
@@ -376,12 +328,8 @@ func (d *durable) leave() (g Grant, held bool) {
 	defer cancel()
 	st := d.a.epoch.Load()
 	start := time.Now()
-	del := []clientv3.Op{clientv3.OpDelete(d.qk)}
-	if d.pos.ord != "" {
-		del = append(del, clientv3.OpDelete(d.pos.ord))
-	}
 	resp, err := d.a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
-		Then(del...).Else(holdReads(holdKey(d.req.Key))...).Commit()
+		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key))...).Commit()
 	d.pos = linePos{}
 	if err != nil {
 		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
@@ -407,12 +355,8 @@ func (d *durable) removeStale(ctx context.Context, ahead *mvccpb.KeyValue) bool 
 	}
 	cctx, cancel := d.a.callCtx(ctx)
 	defer cancel()
-	del := []clientv3.Op{clientv3.OpDelete(string(ahead.Key))}
-	if ord := orderKey(d.req.Key, ahead); ord != "" {
-		del = append(del, clientv3.OpDelete(ord))
-	}
 	resp, err := d.a.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(string(ahead.Key)), "=", ahead.CreateRevision)).
-		Then(del...).Commit()
+		Then(clientv3.OpDelete(string(ahead.Key))).Commit()
 	if err != nil || !resp.Succeeded {
 		return false
 	}
@@ -475,21 +419,22 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 	}
 	for range 3 {
 		w, err := keyspace.DecodeWaiter(head.Value)
-		if err != nil || w.Seq == 0 {
-			return false, nil // a place from before order keys: its waiter joins again
+		if err != nil {
+			return false, nil
 		}
 		if _, err := a.authorizeAcquire(w.Identity, key, w.Class, 0); err != nil {
 			return false, nil // its own arbiter tells it, and it leaves the line
 		}
 		val, at := a.encodeHold(w.Identity, head.Lease, w.Class)
-		hq, hord := string(head.Key), keyspace.QueueOrderKey(key, w.Seq, w.Session)
+		hq := string(head.Key)
 		cctx, cancel := a.txnCtx(ctx)
-		hc := headCmps(key, hq, hord, head.CreateRevision)
+		headCmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
+			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix()}
 		if brokenLineOrder {
-			hc = hc[:2]
+			headCmps = headCmps[:1]
 		}
-		tr, err := a.cli.Txn(cctx).If(append(cmp, hc...)...).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq), clientv3.OpDelete(hord)).
+		tr, err := a.cli.Txn(cctx).If(append(cmp, headCmps...)...).
+			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
 		cancel()
 		if err != nil {

@@ -30,21 +30,14 @@ func twoArbiters(t *testing.T) (*lockdtest.Env, *lockdtest.Env) {
 	return a, b
 }
 
-// lineLen is the number of waiters in key's durable line. It fails the
-// test unless the line has as many order keys as waiter keys, read at one
-// revision.
+// lineLen is the number of waiters in key's durable line.
 func lineLen(t *testing.T, cli *clientv3.Client, key string) int64 {
 	t.Helper()
-	resp, err := cli.Txn(t.Context()).Then(clientv3.OpGet(keyspace.QueueRange(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(keyspace.QueueOrderRange(key), clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	resp, err := cli.Get(t.Context(), keyspace.QueueRange(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, ord := resp.Responses[0].GetResponseRange().Count, resp.Responses[1].GetResponseRange().Count
-	if n != ord {
-		t.Errorf("%s: %d waiter keys but %d order keys at revision %d", key, n, ord, resp.Header.Revision)
-	}
-	return n
+	return resp.Count
 }
 
 // eventually fails the test unless cond holds within d.
@@ -76,24 +69,9 @@ func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
 // lease) as if an arbiter had: one that then died, or whose caller left.
 func putWaiter(t *testing.T, env *lockdtest.Env, key string, session int64, queued, deadline time.Time) {
 	t.Helper()
-	// Its order key sorts after every other: its sequence is past the
-	// store's revision, as an arbiter's is.
-	now, err := env.Backend.Client.Get(t.Context(), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	putWaiterAt(t, env, key, session, uint64(now.Header.Revision)+1, queued, deadline)
-}
-
-// putWaiterAt is putWaiter with the order key's sequence seq.
-func putWaiterAt(t *testing.T, env *lockdtest.Env, key string, session int64, seq uint64, queued, deadline time.Time) {
-	t.Helper()
-	cli := env.Backend.Client
 	rec, _ := json.Marshal(keyspace.Waiter{Identity: lockdtest.Bob, Session: session, Class: "t/fifo",
-		QueuedAt: queued.UnixNano(), Deadline: deadline.UnixNano(), Seq: seq})
-	lease := clientv3.WithLease(clientv3.LeaseID(session))
-	if _, err := cli.Txn(t.Context()).Then(clientv3.OpPut(keyspace.QueueKey(key, session), string(rec), lease),
-		clientv3.OpPut(keyspace.QueueOrderKey(key, seq, session), string(rec), lease)).Commit(); err != nil {
+		QueuedAt: queued.UnixNano(), Deadline: deadline.UnixNano()})
+	if _, err := env.Backend.Client.Put(t.Context(), keyspace.QueueKey(key, session), string(rec), clientv3.WithLease(clientv3.LeaseID(session))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -147,83 +125,6 @@ func TestDurableWaitersAreGrantedInArrivalOrderAcrossArbiters(t *testing.T) {
 	if n := lineLen(t, a.Backend.Client, key); n != 0 {
 		t.Errorf("%d waiter keys left in the line", n)
 	}
-}
-
-// TestOrderKeysSortInJoiningOrder: the order keys of waiters that joined
-// through two arbiters sort in the order the waiters joined (their waiter
-// keys' create revisions), each created with its waiter key, also after
-// an order key with a sequence far past the store's revision (one an
-// arbiter could not have chosen); and they go with their waiters.
-func TestOrderKeysSortInJoiningOrder(t *testing.T) {
-	a, b := twoArbiters(t)
-	const key = "t/durable/orderkeys"
-	first, err := a.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = first.Release(context.Background()) }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{}, 8)
-	join := func(i int, env *lockdtest.Env) {
-		c := env.Client(t, lockdtest.Worker(i))
-		go func() {
-			_, _ = c.Acquire(ctx, key, "fifo", noFence, client.Wait(30*time.Second))
-			done <- struct{}{}
-		}()
-	}
-	envs := []*lockdtest.Env{b, a, b, a, b, a}
-	for i, env := range envs[:3] {
-		join(i, env)
-		eventually(t, 5*time.Second, "in line", func() bool { return lineLen(t, a.Backend.Client, key) == int64(i+1) })
-	}
-	// A waiter whose order key's sequence is far past the store's revision:
-	// the next ones must still sort after it.
-	lc, _ := a.Raw(t, lockdtest.Bob)
-	bob := openSession(t, lc, 5*time.Second)
-	defer keepRenewing(t, lc, bob)()
-	putWaiterAt(t, a, key, bob, 1<<40, time.Now(), time.Now().Add(time.Minute))
-	for i, env := range envs[3:] {
-		join(3+i, env)
-		eventually(t, 5*time.Second, "in line", func() bool { return lineLen(t, a.Backend.Client, key) == int64(5+i) })
-	}
-
-	resp, err := a.Backend.Client.Txn(t.Context()).Then(
-		clientv3.OpGet(keyspace.QueueRange(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpGet(keyspace.QueueOrderRange(key), clientv3.WithPrefix())).Commit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiters, orders := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-	if len(waiters) != 7 || len(orders) != 7 {
-		t.Fatalf("%d waiter keys and %d order keys, want 7 of each", len(waiters), len(orders))
-	}
-	for i, w := range waiters {
-		o := orders[i]
-		rec, err := keyspace.DecodeWaiter(o.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.CreateRevision != w.CreateRevision || o.Lease != w.Lease || rec.Session != w.Lease {
-			t.Errorf("place %d: order key %s (created %d, lease %x) is not waiter key %s's (created %d, lease %x)",
-				i+1, o.Key, o.CreateRevision, o.Lease, w.Key, w.CreateRevision, w.Lease)
-		}
-	}
-	if got := keyspace.OrderSeq(string(orders[len(orders)-1].Key)); got <= 1<<40 {
-		t.Errorf("the last waiter joined with sequence %d, not past the one ahead of it", got)
-	}
-
-	// Waiters that give up take both keys with them; Bob's go with his
-	// session.
-	cancel()
-	for range 6 {
-		<-done
-	}
-	eventually(t, 5*time.Second, "only Bob in line", func() bool { return lineLen(t, a.Backend.Client, key) == 1 })
-	if _, err := lc.CloseSession(t.Context(), &lockv1.CloseSessionRequest{SessionId: bob}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "an empty line", func() bool { return lineLen(t, a.Backend.Client, key) == 0 })
 }
 
 // TestNotHeadIsNeverGranted: a free key with a live waiter in its durable

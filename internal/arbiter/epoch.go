@@ -300,8 +300,6 @@ func (a *Arbiter) checkHeader(h *pb.ResponseHeader) (*epochState, error) {
 	if st.sealed {
 		return st, sealedErr(st)
 	}
-	for seen := a.revSeen.Load(); h.Revision > seen && !a.revSeen.CompareAndSwap(seen, h.Revision); seen = a.revSeen.Load() {
-	}
 	return st, nil
 }
 

@@ -118,13 +118,9 @@ type attempt struct {
 // (a newcomer, qk empty) or at the waiter key qk created at rev. A newcomer
 // with join set joins the line with that waiter record when it is refused,
 // in the refused transaction itself.
-//
-// ord is the waiter's order key (keyspace.QueueOrderKey), for a newcomer
-// the one it joins with.
 type linePos struct {
 	qk   string
 	rev  int64
-	ord  string
 	join string
 }
 
@@ -135,12 +131,11 @@ type linePos struct {
 // store with another cluster ID is not handed out.
 //
 // The durable line is clear for a newcomer (pos.qk empty) when nobody waits
-// in it, and for a waiter in it when its key and its order key are still
-// the ones created at pos.rev and no order key of the line sorts before
-// its own: the head, across every arbiter (order keys sort in joining
-// order; see keyspace.QueueOrderKey). Such a grant deletes both keys in the
-// same transaction. Best-effort classes compare the line too, so no grant
-// of any class jumps a durable waiter.
+// in it, and for a waiter in it when its key is still the one created at
+// pos.rev and no waiter key of the key was created before it: the head, by
+// create revision, across every arbiter. Such a grant deletes the waiter's
+// key in the same transaction. Best-effort classes compare the line too, so
+// no grant of any class jumps a durable waiter.
 //
 // The transaction is not cancelled when the caller goes away (only bounded
 // by the request timeout), so the arbiter always learns whether it granted;
@@ -209,51 +204,17 @@ func lineOps(key string, session int64, pos linePos) (cmps []clientv3.Cmp, then,
 	if pos.qk == "" {
 		if pos.join != "" {
 			qk := keyspace.QueueKey(key, session)
-			reads = append(reads, clientv3.OpTxn(joinCmps(key, qk, pos.ord), joinOps(qk, pos.ord, pos.join, session), nil))
+			reads = append(reads, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)},
+				[]clientv3.Op{clientv3.OpPut(qk, pos.join, clientv3.WithLease(clientv3.LeaseID(session)))}, nil))
 		}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()}, nil, reads
 	}
-	return headCmps(key, pos.qk, pos.ord, pos.rev), []clientv3.Op{clientv3.OpDelete(pos.qk), clientv3.OpDelete(pos.ord)}, reads
-}
-
-// headCmps hold when the waiter whose key qk and order key ord were both
-// created at rev is the head of key's line: both keys are still the same
-// ones, and no order key sorts before ord. The last is a compare of an
-// empty key range when it holds, whatever the line's length.
-func headCmps(key, qk, ord string, rev int64) []clientv3.Cmp {
 	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(qk), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(ord), "=", rev),
-		clientv3.Compare(clientv3.CreateRevision(keyspace.QueueOrderRange(key)), "=", 0).WithRange(ord),
-	}
-}
-
-// joinCmps hold when the session of waiter key qk may join key's line
-// with order key ord: it has no waiter key, and no order key sorts at or
-// after ord. So order keys sort in the order their waiters joined.
-func joinCmps(key, qk, ord string) []clientv3.Cmp {
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(qk), "=", 0),
-		clientv3.Compare(clientv3.CreateRevision(ord), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(keyspace.QueueOrderRange(key))),
-	}
-}
-
-// joinOps put a waiter's key and order key, both with its record, on its
-// session's lease.
-func joinOps(qk, ord, rec string, session int64) []clientv3.Op {
-	lease := clientv3.WithLease(clientv3.LeaseID(session))
-	return []clientv3.Op{clientv3.OpPut(qk, rec, lease), clientv3.OpPut(ord, rec, lease)}
-}
-
-// orderKey is the order key of the durable waiter whose waiter key-value
-// (of lock key) is kv, or "" when its record names none (written before
-// order keys, or unreadable).
-func orderKey(key string, kv *mvccpb.KeyValue) string {
-	w, err := keyspace.DecodeWaiter(kv.Value)
-	if err != nil || w.Seq == 0 {
-		return ""
-	}
-	return keyspace.QueueOrderKey(key, w.Seq, w.Session)
+			clientv3.Compare(clientv3.CreateRevision(pos.qk), "=", pos.rev),
+			clientv3.Compare(clientv3.CreateRevision(qr), ">", pos.rev-1).WithPrefix(),
+		},
+		[]clientv3.Op{clientv3.OpDelete(pos.qk)},
+		reads
 }
 
 // lineReads read who is ahead of the caller at pos (the head, for a

@@ -79,8 +79,7 @@ type Inspection struct {
 	// Held reports whether anybody holds the key.
 	Held bool
 	// Queue are the waiters queued for the key on this arbiter, in arrival
-	// (grant) order; len(Queue) == Hold.Waiters unless the durable line is
-	// longer than the maxLineShown waiters listed.
+	// (grant) order; len(Queue) == Hold.Waiters.
 	Queue []WaiterInfo
 }
 
@@ -94,11 +93,8 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
-	// The line's order keys sort in joining order, so its first
-	// maxLineShown come straight from etcd's index, with the line's length
-	// as the range's count.
-	resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueOrderRange(key),
-		clientv3.WithPrefix(), clientv3.WithLimit(maxLineShown))).Commit()
+	resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),
+		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(maxLineShown))).Commit()
 	if err != nil {
 		return Inspection{}, storeErr(ctx, err)
 	}
@@ -107,17 +103,16 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	}
 	holds := resp.Responses[0].GetResponseRange().Kvs
 	line := a.lineInfo(resp.Responses[1].GetResponseRange().Kvs)
-	unshown := int(resp.Responses[1].GetResponseRange().Count) - len(line) // durable waiters past maxLineShown
 	if len(holds) == 0 {
-		queue := append(line, a.queueInfo(key, 0, len(line)+unshown)...)
-		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue) + unshown}, Queue: queue}, nil
+		queue := append(line, a.queueInfo(key, 0, len(line))...)
+		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue}, nil
 	}
 	h, err := decodeHold(holds[0])
 	if err != nil {
 		return Inspection{}, err
 	}
-	queue := append(line, a.queueInfo(key, h.Session, len(line)+unshown)...)
-	info := HoldInfo{Key: key, Waiters: len(queue) + unshown}
+	queue := append(line, a.queueInfo(key, h.Session, len(line))...)
+	info := HoldInfo{Key: key, Waiters: len(queue)}
 	a.fillHold(&info, caller, h, holds[0].ModRevision)
 	if info.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
@@ -128,8 +123,8 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 // maxLineShown bounds the durable waiters Inspect lists.
 const maxLineShown = 1000
 
-// lineInfo describes a key's durable waiters from their order keys, read in
-// key order: the order they joined and are granted in.
+// lineInfo describes a key's durable waiters, read in create-revision
+// order: the order they are granted in.
 func (a *Arbiter) lineInfo(kvs []*mvccpb.KeyValue) []WaiterInfo {
 	now := a.now()
 	out := make([]WaiterInfo, 0, len(kvs))

@@ -22,9 +22,6 @@ const (
 	// contain it, so one key's waiters are never in the range of another
 	// key that extends it ("a/b" and "a/b/c").
 	QueueSep = "#"
-	// QueueOrderSep ends the lock key in a waiter's order key (see
-	// QueueOrderKey); a lock key cannot contain it either.
-	QueueOrderSep = "!"
 	// SessionPrefix + hex lease ID is a session record, on its lease.
 	SessionPrefix = "/s/"
 	// SysPrefix holds the epoch, its requests and grace, force requests and
@@ -68,33 +65,6 @@ func QueueKey(key string, session int64) string {
 // QueueRange is the prefix of every durable waiter for lock key.
 func QueueRange(key string) string { return QueuePrefix + key + QueueSep }
 
-// QueueOrderKey is the order key of the durable waiter of lock key that
-// joined with seq: created and deleted with the waiter's key (QueueKey), in
-// the same transactions and on the same lease. A waiter joins only with a
-// seq whose order key sorts after every order key in the line, so the
-// line's order keys sort in the order the waiters joined: the head's sorts
-// first, a waiter's position is a count of the keys before its own, and
-// "no waiter ahead" is an empty key range, not a compare of every waiter.
-func QueueOrderKey(key string, seq uint64, session int64) string {
-	return fmt.Sprintf("%s%016x.%016x", QueueOrderRange(key), seq, uint64(session))
-}
-
-// OrderSeq is the sequence in order key k, 0 when k is not one.
-func OrderSeq(k string) uint64 {
-	i := strings.LastIndex(k, QueueOrderSep)
-	if i < 0 || len(k) < i+17 {
-		return 0
-	}
-	seq, err := strconv.ParseUint(k[i+1:i+17], 16, 64)
-	if err != nil {
-		return 0
-	}
-	return seq
-}
-
-// QueueOrderRange is the prefix of every order key of lock key's line.
-func QueueOrderRange(key string) string { return QueuePrefix + key + QueueOrderSep }
-
 // Waiter is a durable waiter's record.
 type Waiter struct {
 	Identity string `json:"id"`
@@ -107,9 +77,6 @@ type Waiter struct {
 	// Clocks decide only when a stale waiter goes, never a grant.
 	QueuedAt int64 `json:"at"`
 	Deadline int64 `json:"deadline"`
-	// Seq names the waiter's order key (QueueOrderKey). Zero in a record
-	// written before order keys: such a waiter joins the line again.
-	Seq uint64 `json:"seq,omitempty"`
 }
 
 // DecodeWaiter decodes a durable waiter's record.

@@ -10,11 +10,6 @@
 // key in Q was created before it (s is the head); if s has none, Q is
 // empty (nobody jumps a live durable waiter). Waiter keys live on their
 // sessions' leases, so Q holds only live waiters.
-//
-// And lockd's own bookkeeping of the rule: at such a grant, every waiter
-// in Q has an order key created at its waiter key's revision, and the
-// order keys sort as Q's create revisions do (the grant transactions
-// compare order keys, not Q itself).
 package linecheck
 
 import (
@@ -93,9 +88,8 @@ func (r *Result) Add(o Result) {
 // Check applies the rule to one life.
 func Check(life Life) Result {
 	var res Result
-	lines := map[string]map[int64]int64{}  // lock key -> session -> waiter key's create revision
-	orders := map[string]map[int64]order{} // lock key -> session -> its order key
-	durable := map[string]bool{}           // lock keys that had a line
+	lines := map[string]map[int64]int64{} // lock key -> session -> waiter key's create revision
+	durable := map[string]bool{}          // lock keys that had a line
 	for i := 0; i < len(life.Events); {
 		rev := life.Events[i].Kv.ModRevision
 		j := i
@@ -127,24 +121,9 @@ func Check(life Life) Result {
 						rev, key, ev.Kv.Lease, mine, s, r, describe(q)))
 				}
 			}
-			if why := disagree(q, orders[key]); why != "" {
-				res.Violations = append(res.Violations, fmt.Sprintf("revision %d: %s granted while its order keys disagree with its line: %s (%s)",
-					rev, key, why, describe(q)))
-			}
 		}
 		// Then the line's changes of this revision.
 		for _, ev := range group {
-			if key, session, ok := orderKey(string(ev.Kv.Key)); ok {
-				if orders[key] == nil {
-					orders[key] = map[int64]order{}
-				}
-				if ev.Type == clientv3.EventTypePut {
-					orders[key][session] = order{name: string(ev.Kv.Key), rev: ev.Kv.CreateRevision}
-				} else {
-					delete(orders[key], session)
-				}
-				continue
-			}
 			key, session, ok := waiter(string(ev.Kv.Key))
 			if !ok {
 				continue
@@ -179,57 +158,6 @@ func waiter(k string) (string, int64, bool) {
 		return "", 0, false
 	}
 	return rest[:i], int64(s), true
-}
-
-// order is a waiter's order key: its name and create revision.
-type order struct {
-	name string
-	rev  int64
-}
-
-// orderKey parses an order key into its lock key and session.
-func orderKey(k string) (string, int64, bool) {
-	rest, ok := strings.CutPrefix(k, keyspace.QueuePrefix)
-	if !ok {
-		return "", 0, false
-	}
-	i := strings.LastIndex(rest, keyspace.QueueOrderSep)
-	if i < 0 {
-		return "", 0, false
-	}
-	_, hex, ok := strings.Cut(rest[i+1:], ".")
-	s, err := strconv.ParseUint(hex, 16, 64)
-	if !ok || err != nil {
-		return "", 0, false
-	}
-	return rest[:i], int64(s), true
-}
-
-// disagree says how the order keys ords fail to match line q (session ->
-// waiter key's create revision): a waiter without an order key of its own
-// revision, or order keys sorting otherwise than the create revisions.
-func disagree(q map[int64]int64, ords map[int64]order) string {
-	type w struct {
-		s   int64
-		rev int64
-		ord string
-	}
-	var ws []w
-	for s, r := range q {
-		o, ok := ords[s]
-		if !ok || o.rev != r {
-			return fmt.Sprintf("session %x's waiter key (revision %d) has no order key of that revision", s, r)
-		}
-		ws = append(ws, w{s, r, o.name})
-	}
-	sort.Slice(ws, func(i, j int) bool { return ws[i].rev < ws[j].rev })
-	for i := 1; i < len(ws); i++ {
-		if ws[i].ord <= ws[i-1].ord {
-			return fmt.Sprintf("session %x joined after session %x but its order key %s sorts before %s",
-				ws[i].s, ws[i-1].s, ws[i].ord, ws[i-1].ord)
-		}
-	}
-	return ""
 }
 
 // describe lists a line as "session@revision" in order.
