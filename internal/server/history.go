@@ -63,6 +63,9 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 		f.Until = req.GetUntil().AsTime()
 	}
 	rows, err := s.history.Query(ctx, f)
+	// The sink stopped at its limit: rows past it were not read, so an
+	// answer that leaves rows out for this caller cannot say it is whole.
+	unread := len(rows) == f.Limit
 	if err == nil {
 		// Gaps belong to every key's history: what is missing is said.
 		var gaps []audit.Event
@@ -85,6 +88,7 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 		}
 		resp.Events = append(resp.Events, historyProto(r, operator))
 	}
+	resp.Truncated = resp.Truncated || unread
 	return resp, nil
 }
 

@@ -3441,7 +3441,10 @@ func (x *HistoryRequest) GetLimit() int32 {
 type HistoryResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*HistoryEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// More rows matched than the limit.
+	// More rows may match than were returned: ask again with a narrower
+	// window. For a caller who may not lock every key under a prefix it is set
+	// whenever rows past the page were not read, even if none of them is one
+	// the caller may see.
 	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
