@@ -6,6 +6,7 @@ package proc
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -151,10 +152,34 @@ func (p *Proc) PID() int {
 	return p.cmd.Process.Pid
 }
 
-// WaitReady polls /readyz until it answers 200.
+// ErrExited: the process exited while it was awaited.
+var ErrExited = errors.New("proc: the process exited")
+
+// exited is closed when the process started last has exited (nil before
+// any start).
+func (p *Proc) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// LogTail is the last n lines of the process's log, for an error that
+// outlives the log file (a test's temporary directory).
+func (p *Proc) LogTail(n int) string {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// WaitReady polls /readyz until it answers 200. A lockd that exits
+// meanwhile ends the wait at once with ErrExited.
 func (a *Lockd) WaitReady(ctx context.Context, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	exited := a.exited()
 	last := ""
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.Metrics+"/readyz", nil)
@@ -172,6 +197,8 @@ func (a *Lockd) WaitReady(ctx context.Context, d time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("gate: %s not ready after %s: %s", a.Name, d, last)
+		case <-exited:
+			return fmt.Errorf("%w: %s exited before it was ready", ErrExited, a.Name)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

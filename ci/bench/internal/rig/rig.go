@@ -77,7 +77,10 @@ type Rig struct {
 	etcd          *cluster.Cluster
 }
 
-// Start starts etcd and lockd and waits until lockd is ready.
+// Start starts etcd and lockd and waits until lockd is ready. The ports
+// are free when picked, but another process may bind one before lockd or
+// etcd does: a lockd that exits before it is ready is started again, on
+// new ports and a new data directory, up to three times.
 func Start(ctx context.Context, c Config) (*Rig, error) {
 	if c.Identities == 0 {
 		c.Identities = 64
@@ -86,15 +89,29 @@ func Start(ctx context.Context, c Config) (*Rig, error) {
 	if err := WriteClasses(classes, c.Identities); err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		r, err := start(ctx, c, classes, try)
+		if err == nil || !errors.Is(err, proc.ErrExited) || try == 3 {
+			return r, err
+		}
+	}
+}
+
+// start is one try of Start.
+func start(ctx context.Context, c Config, classes string, try int) (*Rig, error) {
 	ports, err := proc.FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
+	data, log := filepath.Join(c.Dir, "lockd"), filepath.Join(c.Dir, "lockd.log")
+	if try > 1 {
+		data, log = fmt.Sprintf("%s-%d", data, try), fmt.Sprintf("%s/lockd-%d.log", c.Dir, try)
+	}
 	r := &Rig{Mode: c.Mode, ClientOptions: c.ClientOptions}
 	l := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Metrics: fmt.Sprintf("127.0.0.1:%d", ports[1])}
-	l.Name, l.Bin, l.Log, l.Env = "lockd", c.Lockd, filepath.Join(c.Dir, "lockd.log"), c.Env
+	l.Name, l.Bin, l.Log, l.Env = "lockd", c.Lockd, log, c.Env
 	l.Args = []string{"--insecure-loopback", "--listen", l.Addr, "--metrics-listen", l.Metrics,
-		"--classes", classes, "--data-dir", filepath.Join(c.Dir, "lockd"), "--log-level", "warn"}
+		"--classes", classes, "--data-dir", data, "--log-level", "warn"}
 	if c.Pprof {
 		l.Args = append(l.Args, "--debug-pprof")
 	}
@@ -130,7 +147,7 @@ func Start(ctx context.Context, c Config) (*Rig, error) {
 	}
 	if err := l.WaitReady(ctx, 60*time.Second); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("%w: %w (see %s)", ErrStart, err, l.Log)
+		return nil, fmt.Errorf("%w: %w; the end of %s:\n%s", ErrStart, err, l.Log, l.LogTail(20))
 	}
 	return r, nil
 }
