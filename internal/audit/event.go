@@ -53,6 +53,10 @@ const (
 	KindUnprotected Kind = "unprotected-grant"
 )
 
+// Kinds is every kind of row, in the order the docs list them.
+var Kinds = []Kind{KindGrant, KindRelease, KindHandoff, KindExpiry, KindSessionClose, KindForceRelease,
+	KindEpochAdvance, KindGap, KindUnprotected}
+
 // EpochKey is the Key of an epoch advance's own row.
 const EpochKey = "/sys/epoch"
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,11 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 	case limit == 0:
 		limit = historyDefaultLimit
 	}
-	f := audit.Filter{Key: key, Identity: req.GetIdentity(), Class: req.GetClass(), Limit: limit + 1}
+	kinds, err := historyKinds(req.GetKinds())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	f := audit.Filter{Key: key, Identity: req.GetIdentity(), Class: req.GetClass(), Kinds: kinds, Limit: limit + 1}
 	if req.GetSince() != nil {
 		f.Since = req.GetSince().AsTime()
 	}
@@ -90,6 +95,23 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 	}
 	resp.Truncated = resp.Truncated || unread
 	return resp, nil
+}
+
+// historyKinds checks the kinds a History request asks for.
+func historyKinds(names []string) ([]audit.Kind, error) {
+	var out []audit.Kind
+	for _, n := range names {
+		k := audit.Kind(n)
+		if !slices.Contains(audit.Kinds, k) {
+			valid := make([]string, len(audit.Kinds))
+			for i, k := range audit.Kinds {
+				valid[i] = string(k)
+			}
+			return nil, fmt.Errorf("%w: kinds: %q is not a kind of history row; kinds are %s", arbiter.ErrInvalid, n, strings.Join(valid, ", "))
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // mergeRows merges two row lists in identity order.

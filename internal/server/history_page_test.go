@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -54,5 +58,49 @@ func TestHistoryPageOfRowsTheCallerMayNotSeeIsTruncated(t *testing.T) {
 	}
 	if len(resp.GetEvents()) != 2 || resp.GetTruncated() {
 		t.Errorf("Carol's whole history: %d rows, truncated %v; want 2, false", len(resp.GetEvents()), resp.GetTruncated())
+	}
+}
+
+// TestHistoryKindsSelectsRowsAndRefusesUnknownKinds: kinds keeps only the
+// rows of those kinds; a kind that is not one is refused, naming the field
+// and the kinds there are.
+func TestHistoryKindsSelectsRowsAndRefusesUnknownKinds(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
+	alice := env.Client(t, lockdtest.Alice)
+	ctx := t.Context()
+	for range 2 {
+		l, err := alice.Acquire(ctx, "t/kinds", "std", func(*client.Lock) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op, _ := env.Raw(t, lockdtest.Operator)
+	lockdtest.WaitFor(t, 10*time.Second, "four rows in the history", func() bool {
+		resp, err := op.History(ctx, &lockv1.HistoryRequest{Key: "t/kinds"})
+		return err == nil && len(resp.GetEvents()) == 4
+	})
+	resp, err := op.History(ctx, &lockv1.HistoryRequest{Key: "t/kinds", Kinds: []string{"release"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetEvents()) != 2 {
+		t.Fatalf("kinds release: %d rows, want the 2 releases", len(resp.GetEvents()))
+	}
+	for _, e := range resp.GetEvents() {
+		if e.GetKind() != "release" {
+			t.Errorf("kinds release: a %s row", e.GetKind())
+		}
+	}
+	_, err = op.History(ctx, &lockv1.HistoryRequest{Key: "t/kinds", Kinds: []string{"grant", "acquire"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an unknown kind: %v, want InvalidArgument", err)
+	}
+	for _, want := range []string{"kinds", `"acquire"`, "unprotected-grant"} {
+		if !strings.Contains(status.Convert(err).Message(), want) {
+			t.Errorf("the refusal %q does not say %s", status.Convert(err).Message(), want)
+		}
 	}
 }

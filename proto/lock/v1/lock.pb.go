@@ -3360,7 +3360,12 @@ type HistoryRequest struct {
 	// Rows of this class ("namespace/name").
 	Class string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	// At most this many rows, the oldest first (default 1000, at most 10000).
-	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Rows of these kinds only ("grant", "release", "handoff", "expiry",
+	// "session-close", "force-release", "epoch-advance", "unprotected-grant");
+	// empty: every kind. Gap rows ("gap") always come: what is missing from the
+	// history is said whatever was asked.
+	Kinds         []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3435,6 +3440,13 @@ func (x *HistoryRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *HistoryRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
 }
 
 // HistoryResponse is the rows, oldest first.
@@ -4162,14 +4174,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12)\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x13.lock.v1.TokenStateR\x05state\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12#\n" +
-	"\rread_revision\x18\x04 \x01(\x03R\freadRevision\"\xce\x01\n" +
+	"\rread_revision\x18\x04 \x01(\x03R\freadRevision\"\xe4\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
 	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1a\n" +
 	"\bidentity\x18\x04 \x01(\tR\bidentity\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\x05R\x05limit\"^\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05kinds\x18\a \x03(\tR\x05kinds\"^\n" +
 	"\x0fHistoryResponse\x12-\n" +
 	"\x06events\x18\x01 \x03(\v2\x15.lock.v1.HistoryEventR\x06events\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8b\a\n" +

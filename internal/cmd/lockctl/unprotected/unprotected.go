@@ -247,7 +247,9 @@ func (r *reader) read(ctx context.Context, prefix string, lo, hi time.Time) erro
 	if r.calls++; r.calls > maxCalls {
 		return fmt.Errorf("%w: more than %d history calls for %s; narrow --since/--until or use --class", ErrTooDense, maxCalls, prefix)
 	}
-	req := &lockv1.HistoryRequest{Key: prefix, Class: r.class, Since: timestamppb.New(lo), Limit: r.page}
+	// Only unprotected grants (and gaps, which always come); a lockd older
+	// than kinds sends every row, and run keeps only these.
+	req := &lockv1.HistoryRequest{Key: prefix, Class: r.class, Kinds: []string{Kind}, Since: timestamppb.New(lo), Limit: r.page}
 	if !hi.IsZero() {
 		req.Until = timestamppb.New(hi)
 	}
