@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/childproc"
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockd"
 	"github.com/lockd-dev/lockd/internal/store"
@@ -212,6 +213,17 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 		if u.Key != w.key || u.Identity != w.id || u.Class != "t/cache" || u.TTL != 30 || u.AcquiredAt == 0 {
 			t.Errorf("shipped grant %d = %+v, want key %s holder %s class t/cache", seq, u, w.key, w.id)
 		}
+	}
+
+	// Stats (lockctl top) counts them among the class's grants.
+	var unprotected, grants uint64
+	for _, st := range o.env.Arbiter.Stats(identity.Workload(lockdtest.Operator)) {
+		if st.Namespace == "t" && st.Class == "cache" {
+			unprotected, grants = st.Unprotected, st.Grants
+		}
+	}
+	if unprotected != 3 || grants < 3 {
+		t.Errorf("Stats for t/cache: %d unprotected of %d grants, want 3 unprotected", unprotected, grants)
 	}
 
 	fresh := openSession(t, alice, 30*time.Second)

@@ -21,6 +21,9 @@ type ClassStats struct {
 	// "at most", not exact.
 	P50, P99               time.Duration
 	ExpiriesWithoutRelease uint64
+	// Unprotected counts the grants among Grants made without an etcd
+	// quorum (token 0; a class with onQuorumLoss: open).
+	Unprotected uint64
 }
 
 // Stats returns per-class statistics for the namespaces the caller has grants
@@ -36,6 +39,10 @@ func (a *Arbiter) Stats(caller identity.Caller) []ClassStats {
 	for _, m := range collect(a.metrics.ExpiriesWithoutRelease) {
 		expiries[label(m, "namespace")] = uint64(m.GetCounter().GetValue())
 	}
+	unprotected := map[[2]string]uint64{}
+	for _, m := range collect(a.metrics.unprotectedGrants) {
+		unprotected[[2]string{label(m, "namespace"), label(m, "class")}] = uint64(m.GetCounter().GetValue())
+	}
 	var out []ClassStats
 	for _, m := range collect(a.metrics.grantLatency) {
 		ns, cls := label(m, "namespace"), label(m, "class")
@@ -44,7 +51,7 @@ func (a *Arbiter) Stats(caller identity.Caller) []ClassStats {
 		}
 		h := m.GetHistogram()
 		out = append(out, ClassStats{Namespace: ns, Class: cls, Grants: h.GetSampleCount(),
-			P50: quantile(h, 0.5), P99: quantile(h, 0.99), ExpiriesWithoutRelease: expiries[ns]})
+			P50: quantile(h, 0.5), P99: quantile(h, 0.99), ExpiriesWithoutRelease: expiries[ns], Unprotected: unprotected[[2]string{ns, cls}]})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Namespace+"/"+out[i].Class < out[j].Namespace+"/"+out[j].Class

@@ -261,7 +261,7 @@ func (s *Server) ClassStats(ctx context.Context, _ *lockv1.ClassStatsRequest) (*
 	for _, st := range s.arb.Stats(id) {
 		out.Stats = append(out.Stats, &lockv1.ClassStat{Namespace: st.Namespace, Class: st.Class, Grants: st.Grants,
 			GrantLatencyP50: durationpb.New(st.P50), GrantLatencyP99: durationpb.New(st.P99),
-			ExpiriesWithoutRelease: st.ExpiriesWithoutRelease})
+			ExpiriesWithoutRelease: st.ExpiriesWithoutRelease, UnprotectedGrants: st.Unprotected})
 	}
 	return out, nil
 }

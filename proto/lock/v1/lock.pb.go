@@ -3142,8 +3142,11 @@ type ClassStat struct {
 	GrantLatencyP99 *durationpb.Duration `protobuf:"bytes,5,opt,name=grant_latency_p99,json=grantLatencyP99,proto3" json:"grant_latency_p99,omitempty"`
 	// Sessions of the namespace opened here that ended by expiry, not close.
 	ExpiriesWithoutRelease uint64 `protobuf:"varint,6,opt,name=expiries_without_release,json=expiriesWithoutRelease,proto3" json:"expiries_without_release,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Of the grants, those made without an etcd quorum: token 0, for a class
+	// with onQuorumLoss: open ("lockctl unprotected" lists them).
+	UnprotectedGrants uint64 `protobuf:"varint,7,opt,name=unprotected_grants,json=unprotectedGrants,proto3" json:"unprotected_grants,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClassStat) Reset() {
@@ -3214,6 +3217,13 @@ func (x *ClassStat) GetGrantLatencyP99() *durationpb.Duration {
 func (x *ClassStat) GetExpiriesWithoutRelease() uint64 {
 	if x != nil {
 		return x.ExpiriesWithoutRelease
+	}
+	return 0
+}
+
+func (x *ClassStat) GetUnprotectedGrants() uint64 {
+	if x != nil {
+		return x.UnprotectedGrants
 	}
 	return 0
 }
@@ -4159,14 +4169,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x10grants_resume_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0egrantsResumeIn\"\x13\n" +
 	"\x11ClassStatsRequest\">\n" +
 	"\x12ClassStatsResponse\x12(\n" +
-	"\x05stats\x18\x01 \x03(\v2\x12.lock.v1.ClassStatR\x05stats\"\x9f\x02\n" +
+	"\x05stats\x18\x01 \x03(\v2\x12.lock.v1.ClassStatR\x05stats\"\xce\x02\n" +
 	"\tClassStat\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05class\x18\x02 \x01(\tR\x05class\x12\x16\n" +
 	"\x06grants\x18\x03 \x01(\x04R\x06grants\x12E\n" +
 	"\x11grant_latency_p50\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP50\x12E\n" +
 	"\x11grant_latency_p99\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x0fgrantLatencyP99\x128\n" +
-	"\x18expiries_without_release\x18\x06 \x01(\x04R\x16expiriesWithoutRelease\">\n" +
+	"\x18expiries_without_release\x18\x06 \x01(\x04R\x16expiriesWithoutRelease\x12-\n" +
+	"\x12unprotected_grants\x18\a \x01(\x04R\x11unprotectedGrants\">\n" +
 	"\x14ValidateTokenRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\"\x93\x01\n" +

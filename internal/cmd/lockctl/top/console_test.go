@@ -346,6 +346,9 @@ func TestConsoleColour(t *testing.T) {
 func TestConsoleBanners(t *testing.T) {
 	sealed := sampleWithClasses()
 	sealed.Epoch = &lockv1.EpochStatusResponse{Epoch: 3, Sealed: true, SealedReason: "the store's cluster ID changed (a restore)"}
+	open := sampleWithClasses()
+	open.Stats = &lockv1.ClassStatsResponse{Stats: append([]*lockv1.ClassStat{
+		{Namespace: "payments", Class: "cache", Grants: 9, UnprotectedGrants: 4}}, open.Stats.GetStats()...)}
 	for _, tt := range []struct {
 		name string
 		data Data
@@ -353,6 +356,7 @@ func TestConsoleBanners(t *testing.T) {
 		want string
 	}{
 		{"sealed", sealed, nil, " SEALED  lockd refuses every grant until operators advance the epoch: the store's cluster ID changed"},
+		{"unprotected", open, nil, " UNPROTECTED  unprotected grants (token 0, made without an etcd quorum) since this lockd started: 4 of payments/cache"},
 		{"unreachable", Data{}, status.Error(codes.Unavailable, "connection refused"), " LOCKD UNREACHABLE  showing the last good data, from 12:00:00"},
 		{"refresh-failed", Data{}, status.Error(codes.PermissionDenied, "denied"), " REFRESH FAILED  showing the last good data"},
 		{"epoch-grace", Data{}, reasoned(t, codes.FailedPrecondition, "EPOCH_GRACE", "arbiter: epoch grace"), " EPOCH GRACE  the epoch just advanced"},

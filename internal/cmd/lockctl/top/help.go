@@ -35,6 +35,7 @@ func (m model) helpView() string {
 		{m.st.hot, "red", "waiters queued: contention"},
 		{m.st.soon, "yellow", "a holder's session has under a third of its class TTL left: expiring soon"},
 		{m.st.alarm, " SEALED ", "lockd refuses every grant until operators advance the epoch"},
+		{m.st.warn, " UNPROTECTED ", "this lockd granted classes open on quorum loss without a quorum (token 0)"},
 		{m.st.warn, " EPOCH GRACE ", "the epoch just advanced; grants resume once old holders are fenced"},
 		{m.st.alarm, " LOCKD UNREACHABLE ", "lockd did not answer: the data shown is the last good refresh"},
 		{m.st.warn, " REFRESH FAILED ", "lockd answered with an error: the data shown is the last good refresh"},

@@ -28,6 +28,9 @@ type ClassRow struct {
 	Grants                 uint64  `json:"grants"`
 	GrantP99Seconds        float64 `json:"grant_p99_seconds"`
 	ExpiriesWithoutRelease uint64  `json:"expiries_without_release"`
+	// UnprotectedGrants are the grants among Grants made without an etcd
+	// quorum (token 0).
+	UnprotectedGrants uint64 `json:"unprotected_grants,omitempty"`
 	// From the audit history, the last hour (nil when lockd keeps none):
 	// holds that ended by expiry, and the longest hold that ended.
 	ExpiriesLastHour            *int64   `json:"expiries_last_hour,omitempty"`
@@ -93,7 +96,8 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 			continue
 		}
 		rows[ref] = &ClassRow{Namespace: st.GetNamespace(), Class: st.GetClass(), Grants: st.GetGrants(),
-			GrantP99Seconds: cmdutil.Seconds(st.GetGrantLatencyP99()), ExpiriesWithoutRelease: st.GetExpiriesWithoutRelease()}
+			GrantP99Seconds: cmdutil.Seconds(st.GetGrantLatencyP99()), ExpiriesWithoutRelease: st.GetExpiriesWithoutRelease(),
+			UnprotectedGrants: st.GetUnprotectedGrants()}
 	}
 	for _, c := range d.Classes.GetClasses() {
 		ref := c.GetNamespace() + "/" + c.GetName()
@@ -276,11 +280,30 @@ func (s *Snapshot) WriteTable(t *printer.Table) {
 	t.Empty("no holds")
 }
 
+// unprotected says which classes this lockd granted without an etcd quorum
+// since it started ("" when none).
+func (s *Snapshot) unprotected() string {
+	var parts []string
+	for _, r := range s.Classes {
+		if r.UnprotectedGrants > 0 {
+			parts = append(parts, fmt.Sprintf("%d of %s/%s", r.UnprotectedGrants, r.Namespace, r.Class))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "unprotected grants (token 0, made without an etcd quorum) since this lockd started: " + strings.Join(parts, ", ") +
+		"; lockctl unprotected --since <outage start> lists them"
+}
+
 // Notes implements printer.Noter.
 func (s *Snapshot) Notes() []string {
 	var n []string
 	if s.Sealed {
 		n = append(n, "lockd is sealed, every grant is refused until operators advance the epoch: "+s.SealedReason)
+	}
+	if u := s.unprotected(); u != "" {
+		n = append(n, u)
 	}
 	if s.Truncated {
 		n = append(n, "only the first holds were listed: narrow it with --prefix")

@@ -54,8 +54,8 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			The class under the cursor shows sparklines of grants/s, grant p99 and
 			waiters over the last 60 refreshes. Red is contention, yellow a session
 			expiring soon; banners say when lockd is sealed, in epoch grace or
-			unreachable, and the last good data stays on screen. NO_COLOR turns
-			colour off.
+			unreachable, or has made unprotected grants (without an etcd quorum),
+			and the last good data stays on screen. NO_COLOR turns colour off.
 
 			The figures come from lockd's hold listing, the same as "lockctl inspect",
 			not from metrics. Waiters are counted on the lockd you are connected to.

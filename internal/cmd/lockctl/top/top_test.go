@@ -57,6 +57,29 @@ func TestBuild(t *testing.T) {
 	f := Build(at, sample, "export", SortName, 10)
 	require.Len(t, f.Classes, 1)
 	require.Equal(t, "report-export", f.Classes[0].Class)
+	for _, n := range s.Notes() {
+		require.NotContains(t, n, "unprotected", "no unprotected grants, no note")
+	}
+}
+
+// TestBuildSaysUnprotectedGrants: grants made without an etcd quorum are
+// counted per class and named in a note, with the command that lists them.
+func TestBuildSaysUnprotectedGrants(t *testing.T) {
+	d := sample
+	d.Stats = &lockv1.ClassStatsResponse{Stats: []*lockv1.ClassStat{
+		{Namespace: "search", Class: "cache", Grants: 40, UnprotectedGrants: 12, GrantLatencyP99: durationpb.New(time.Millisecond)},
+		{Namespace: "payments", Class: "ledger-writes", Grants: 1200},
+	}}
+	s := Build(at, d, "", SortName, 2)
+	var row ClassRow
+	for _, r := range s.Classes {
+		if r.Class == "cache" {
+			row = r
+		}
+	}
+	require.Equal(t, uint64(12), row.UnprotectedGrants)
+	require.Contains(t, s.Notes(), "unprotected grants (token 0, made without an etcd quorum) since this lockd started: "+
+		"12 of search/cache; lockctl unprotected --since <outage start> lists them")
 }
 
 // TestOnceAgainstLockd: --once prints one snapshot of a real lockd, with a

@@ -55,8 +55,8 @@ func (m model) header() string {
 	return m.st.title.Render("lockctl top"+crumb) + fmt.Sprintf("  every %s  sort: %s%s  at %s", m.interval, m.sortBy, filter, at)
 }
 
-// banners are the state lines under the header: sealed, epoch grace,
-// unreachable, a failed action, an action's outcome.
+// banners are the state lines under the header: sealed, unprotected
+// grants, epoch grace, unreachable, a failed action, an action's outcome.
 func (m model) banners() []string {
 	var out []string
 	banner := func(style lipgloss.Style, badge, text string) {
@@ -69,6 +69,11 @@ func (m model) banners() []string {
 	if m.snap != nil && m.snap.Sealed {
 		banner(m.st.alarm, "SEALED", "lockd refuses every grant until operators advance the epoch: "+
 			m.snap.SealedReason+" (lockctl epoch status)")
+	}
+	if m.snap != nil {
+		if u := m.snap.unprotected(); u != "" {
+			banner(m.st.warn, "UNPROTECTED", u)
+		}
 	}
 	if client.Reason(m.err) == "EPOCH_GRACE" || client.Reason(m.actErr) == "EPOCH_GRACE" {
 		banner(m.st.warn, "EPOCH GRACE", "the epoch just advanced: grants resume once every old holder is fenced")
