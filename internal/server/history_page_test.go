@@ -13,30 +13,40 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
+// historyOf starts a lockd with the audit history on, where Alice takes
+// and releases each of keys in turn, and waits until the history under
+// prefix has their rows (a grant and a release each); it returns the
+// lockd and an operator's client.
+func historyOf(t *testing.T, prefix string, keys ...string) (*lockdtest.Env, lockv1.LockServiceClient) {
+	t.Helper()
+	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
+	alice := env.Client(t, lockdtest.Alice)
+	for _, key := range keys {
+		l, err := alice.Acquire(t.Context(), key, "std", func(*client.Lock) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op, _ := env.Raw(t, lockdtest.Operator)
+	lockdtest.WaitFor(t, 10*time.Second, "every row in the history", func() bool {
+		resp, err := op.History(t.Context(), &lockv1.HistoryRequest{Key: prefix})
+		return err == nil && len(resp.GetEvents()) == 2*len(keys)
+	})
+	return env, op
+}
+
 // TestHistoryPageOfRowsTheCallerMayNotSeeIsTruncated: when the rows of a
 // page are all of keys the caller may not lock, and rows it may see come
 // after them, the answer says it is truncated instead of claiming to be
 // the whole history.
 func TestHistoryPageOfRowsTheCallerMayNotSeeIsTruncated(t *testing.T) {
-	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
-	alice := env.Client(t, lockdtest.Alice)
-	ctx := t.Context()
 	// Three holds of a key Carol may not lock, then one of hers: six rows
 	// she may not see before the two she may.
-	for _, key := range []string{"t/hist-a", "t/hist-a", "t/hist-a", "t/carol/x"} {
-		l, err := alice.Acquire(ctx, key, "std", func(*client.Lock) {})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	op, _ := env.Raw(t, lockdtest.Operator)
-	lockdtest.WaitFor(t, 10*time.Second, "all eight rows in the history", func() bool {
-		resp, err := op.History(ctx, &lockv1.HistoryRequest{Key: "t/"})
-		return err == nil && len(resp.GetEvents()) == 8
-	})
+	env, _ := historyOf(t, "t/", "t/hist-a", "t/hist-a", "t/hist-a", "t/carol/x")
+	ctx := t.Context()
 
 	carol, _ := env.Raw(t, lockdtest.Carol)
 	resp, err := carol.History(ctx, &lockv1.HistoryRequest{Key: "t/", Limit: 2})
@@ -65,23 +75,8 @@ func TestHistoryPageOfRowsTheCallerMayNotSeeIsTruncated(t *testing.T) {
 // rows of those kinds; a kind that is not one is refused, naming the field
 // and the kinds there are.
 func TestHistoryKindsSelectsRowsAndRefusesUnknownKinds(t *testing.T) {
-	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
-	alice := env.Client(t, lockdtest.Alice)
+	_, op := historyOf(t, "t/kinds", "t/kinds", "t/kinds")
 	ctx := t.Context()
-	for range 2 {
-		l, err := alice.Acquire(ctx, "t/kinds", "std", func(*client.Lock) {})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	op, _ := env.Raw(t, lockdtest.Operator)
-	lockdtest.WaitFor(t, 10*time.Second, "four rows in the history", func() bool {
-		resp, err := op.History(ctx, &lockv1.HistoryRequest{Key: "t/kinds"})
-		return err == nil && len(resp.GetEvents()) == 4
-	})
 	resp, err := op.History(ctx, &lockv1.HistoryRequest{Key: "t/kinds", Kinds: []string{"release"}})
 	if err != nil {
 		t.Fatal(err)
