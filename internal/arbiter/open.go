@@ -346,8 +346,10 @@ func (a *Arbiter) localSession(identity string, id int64) (*sessionInfo, error) 
 // acquireWithoutQuorum serves an Acquire the open posture decides: it
 // reports handled false when the request goes the normal way, to etcd.
 func (a *Arbiter) acquireWithoutQuorum(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, bool, error) {
-	o := a.open
-	p := o.load()
+	p := a.open.load()
+	if p == postureQuorum && !isLocal(req.Session) {
+		return Grant{}, false, nil // the usual case: nothing to do here
+	}
 	open := cls.OnQuorumLoss == class.QuorumLossOpen || brokenOpenAll
 	ref := cls.Namespace + "/" + cls.Name
 	switch {

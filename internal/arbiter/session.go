@@ -368,6 +368,11 @@ func (a *Arbiter) OpenKeepAlive(ctx context.Context, caller identity.Caller) (*K
 }
 
 func (k *KeepAliveStream) etcd(ctx context.Context) (pb.Lease_LeaseKeepAliveClient, error) {
+	select {
+	case <-k.ready: // open: every keepalive after the first takes no lock
+		return k.s, nil
+	default:
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.s == nil {
