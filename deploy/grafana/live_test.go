@@ -334,8 +334,8 @@ func (tr *traffic) run(ctx context.Context) {
 	}
 	for round := 0; ctx.Err() == nil; round++ {
 		tr.contend(ctx, fail)
-		for _, cls := range []string{"cache", "std"} {
-			l, err := other.Acquire(ctx, "other/"+cls, cls, fence)
+		for key, cls := range map[string]string{"other/cache/x": "cache", "other/std": "std"} {
+			l, err := other.Acquire(ctx, key, cls, fence)
 			if fail("other grant", err) {
 				return
 			}
@@ -356,7 +356,7 @@ func (tr *traffic) run(ctx context.Context) {
 			if fail("open a session to abandon", err) {
 				return
 			}
-			_, err = lc.Acquire(ctx, &lockv1.AcquireRequest{SessionId: sid, Key: fmt.Sprintf("t/abandoned/%d", round), Class: "fast"})
+			_, err = lc.Acquire(ctx, &lockv1.AcquireRequest{SessionId: sid, Key: fmt.Sprintf("t/fast/abandoned/%d", round), Class: "fast"})
 			if fail("grant to a session to abandon", err) {
 				return
 			}
@@ -376,13 +376,13 @@ func (tr *traffic) run(ctx context.Context) {
 // validates its token while it holds the key and after.
 func (tr *traffic) contend(ctx context.Context, fail func(string, error) bool) {
 	w0, w1 := tr.w0, tr.w1
-	l0, err := w0.Acquire(ctx, "t/hot", "fast", fence)
+	l0, err := w0.Acquire(ctx, "t/fast/hot", "fast", fence)
 	if fail("hot grant", err) {
 		return
 	}
 	got := make(chan *client.Lock, 1)
 	go func() {
-		l1, err := w1.Acquire(ctx, "t/hot", "fast", fence, client.Wait(5*time.Second))
+		l1, err := w1.Acquire(ctx, "t/fast/hot", "fast", fence, client.Wait(5*time.Second))
 		if fail("hot wait", err) {
 			l1 = nil
 		}
@@ -397,10 +397,10 @@ func (tr *traffic) contend(ctx context.Context, fail func(string, error) bool) {
 	if l1 == nil {
 		return
 	}
-	_, err = w1.ValidateToken(ctx, "t/hot", l1.Token())
+	_, err = w1.ValidateToken(ctx, "t/fast/hot", l1.Token())
 	fail("validate a held token", err)
 	fail("hot handed-over release", l1.Release(ctx))
-	_, err = w1.ValidateToken(ctx, "t/hot", l1.Token())
+	_, err = w1.ValidateToken(ctx, "t/fast/hot", l1.Token())
 	fail("validate a released token", err)
 	tr.count("contended grants")
 }
@@ -423,10 +423,10 @@ func (tr *traffic) leak(ctx context.Context, fail func(string, error) bool) (sto
 			fail("close a leak session", err)
 		}
 	}()
-	if _, err := alice.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s1, Key: "t/leak", Class: "fast"}); fail("leak hold", err) {
+	if _, err := alice.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s1, Key: "t/fast/leak", Class: "fast"}); fail("leak hold", err) {
 		return true
 	}
-	_, err = alice.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s2, Key: "t/leak", Class: "fast"})
+	_, err = alice.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s2, Key: "t/fast/leak", Class: "fast"})
 	if status.Code(err) != codes.AlreadyExists {
 		return fail("leak refusal", fmt.Errorf("second session's Acquire: %v, want AlreadyExists (LEAK)", err))
 	}

@@ -4,16 +4,20 @@
 //
 // It applies the per-object rules of package class — the rules lockd
 // applies when it loads a class directory: schema, TTL range, the advisory
-// TTL floor, risk owner and unexpired waiver, onQuorumLoss, tier, fairness
-// and grant prefixes inside their namespace — with the same rule ids and
-// messages as class-lint check. It does not apply the review rules that need
-// other objects or files (a current pause-test result for each fenced class,
+// TTL floor, risk owner and unexpired waiver, onQuorumLoss, tier, fairness,
+// grant prefixes inside their namespace and a class's own spec.keys — with
+// the same rule ids and messages as class-lint check. Given the other
+// classes of the namespace ([WithPeers]), it also applies key-ownership to
+// a LockClass: no two classes claim one prefix, and a class carved out of
+// another names it in spec.nestedIn. It does not apply the review rules
+// that need other files (a current pause-test result for each fenced class,
 // overlapping grants, CODEOWNERS): an object admitted here can still fail
 // class-lint check, which CI runs on the class repository.
 package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,20 +57,52 @@ var (
 // Handler validates AdmissionReview requests. It is an http.Handler for the
 // webhook's path.
 type Handler struct {
-	now func() time.Time
-	log *slog.Logger
+	now   func() time.Time
+	log   *slog.Logger
+	peers Peers
 }
+
+// Peers is where the handler finds the other LockClasses of a namespace,
+// to check that a class admitted does not claim keys another class owns.
+type Peers interface {
+	// Classes returns the LockClasses of namespace (none when it has
+	// none). The handler leaves out the one named like the object under
+	// review: that is the object's own stored version. An error denies
+	// the review (the webhook fails closed).
+	Classes(ctx context.Context, namespace string) ([]*class.Class, error)
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithPeers makes the handler apply the key-ownership rule to each LockClass
+// it admits, against the other classes peers returns. Without it, key
+// ownership across classes is not checked, and every LockClass review
+// carries a warning saying so ([WarningOwnershipNotChecked]).
+func WithPeers(peers Peers) Option {
+	return func(h *Handler) { h.peers = peers }
+}
+
+// WarningOwnershipNotChecked is the warning every LockClass review carries
+// when the handler has no [Peers].
+const WarningOwnershipNotChecked = class.RuleKeyOwnership + ": not checked: this webhook does not see the other LockClasses, " +
+	"so a prefix another class owns is not refused here (class-lint check refuses it in CI); " +
+	"run class-lint webhook with --classes DIR, a checkout of the class repository, to check it at admission"
 
 // NewHandler returns a handler that checks waiver expiry against now
 // (time.Now when nil) and logs each decision to log (discarded when nil).
-func NewHandler(now func() time.Time, log *slog.Logger) *Handler {
+func NewHandler(now func() time.Time, log *slog.Logger, opts ...Option) *Handler {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{now: now, log: log}
+	h := &Handler{now: now, log: log}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // ServeHTTP answers a POST of an AdmissionReview (Content-Type
@@ -101,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp := h.Validate(req)
+	resp := h.Validate(r.Context(), req)
 	attrs := []any{"uid", req.UID, "operation", req.Operation, "kind", req.Kind.Kind,
 		"object", req.Namespace + "/" + req.Name, "allowed", resp.Allowed}
 	if resp.Result != nil {
@@ -143,12 +179,14 @@ func DecodeRequest(body []byte) (*Request, error) {
 
 // Validate decides a request. DELETE and CONNECT are allowed. CREATE and
 // UPDATE are allowed when the object breaks no per-object rule of package
-// class, or, on UPDATE, when the object is unchanged apart from metadata
-// and status (so that labels, annotations and finalizers can still be
-// changed on an object whose waiver has since lapsed); the problems are
-// then returned as warnings. A denial's message lists every problem as
-// "rule-id: field: message", joined with "; ".
-func (h *Handler) Validate(req *Request) *Response {
+// class and, for a LockClass when the handler has [Peers], no key-ownership
+// rule against the other classes of its namespace; or, on UPDATE, when the
+// object is unchanged apart from metadata and status (so that labels,
+// annotations and finalizers can still be changed on an object whose waiver
+// has since lapsed): the problems are then returned as warnings. A denial's
+// message lists every problem as "rule-id: field: message", joined with
+// "; ".
+func (h *Handler) Validate(ctx context.Context, req *Request) *Response {
 	resp := &Response{UID: req.UID}
 	switch req.Operation {
 	case OperationCreate, OperationUpdate:
@@ -177,13 +215,25 @@ func (h *Handler) Validate(req *Request) *Response {
 		}
 	}
 	resp.Warnings = append(resp.Warnings, warnings(f, now)...)
+	same := req.Operation == OperationUpdate && unchanged(doc, req.OldObject, req.Namespace)
+	for _, o := range f.Objects {
+		switch {
+		case o.Class == nil:
+		case h.peers == nil:
+			resp.Warnings = append(resp.Warnings, WarningOwnershipNotChecked)
+		case !same:
+			// An object unchanged but for metadata claims nothing new.
+			e, w := h.ownership(ctx, o.Class)
+			errs, resp.Warnings = append(errs, e...), append(resp.Warnings, w...)
+		}
+	}
 	switch {
 	case len(errs) == 0 && len(f.Objects) == 0:
 		return deny(resp, "request.object: no LockClass, LockGrant or PauseTestResult found")
 	case len(errs) == 0:
 		resp.Allowed = true
 		return resp
-	case req.Operation == OperationUpdate && unchanged(doc, req.OldObject, req.Namespace):
+	case same:
 		for _, e := range errs {
 			resp.Warnings = append(resp.Warnings, "existing object: "+e)
 		}
@@ -191,6 +241,43 @@ func (h *Handler) Validate(req *Request) *Response {
 		return resp
 	}
 	return deny(resp, strings.Join(errs, "; "))
+}
+
+// ownership applies the key-ownership rule to c against the other classes
+// of its namespace and returns the problems of c, worded for c: errors,
+// and warnings for spec.nestedIn naming a class not there yet (admission
+// sees one object at a time: a class must be able to name the class it is
+// carved out of before that class exists, or neither could ever be
+// created). Problems the other classes have among themselves, or that c
+// causes on another class (a spec.nestedIn there that no longer fits c's
+// keys), are left to class-lint check: refusing them here could leave no
+// order in which a change can be applied.
+func (h *Handler) ownership(ctx context.Context, c *class.Class) (errs, warns []string) {
+	peers, err := h.peers.Classes(ctx, c.Namespace)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: spec.keys: cannot read the other LockClasses of namespace %s to check that no other class owns these keys: %v "+
+			"(the webhook fails closed; try again once they can be read)", class.RuleKeyOwnership, c.Namespace, err)}, nil
+	}
+	names := map[string]bool{}
+	for _, p := range peers {
+		if p != nil && p.Namespace == c.Namespace && p.Name != c.Name {
+			names[p.Name] = true
+		}
+	}
+	forward := map[string]bool{} // the fields of spec.nestedIn entries naming a class not there yet
+	for k, n := range c.NestedIn {
+		if n != c.Name && !names[n] {
+			forward[fmt.Sprintf("spec.nestedIn[%d]", k)] = true
+		}
+	}
+	for _, p := range class.CheckOwnershipOf(peers, c) {
+		if forward[p.Field] {
+			warns = append(warns, Message(p))
+			continue
+		}
+		errs = append(errs, Message(p))
+	}
+	return errs, warns
 }
 
 // Message formats a problem as "rule-id: field: message", leaving out the

@@ -34,6 +34,7 @@ const apiserverClass = `{
       "time": "2026-11-02T09:14:07Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:ttl": {}}}}]
   },
   "spec": {
+    "keys": ["payments/reports/"],
     "purpose": "correctness",
     "enforcement": "advisory",
     "ttl": "60s",
@@ -49,7 +50,7 @@ func TestAdmissionDocument(t *testing.T) {
 	got, err := document(json.RawMessage(apiserverClass), "payments")
 	require.NoError(t, err)
 	want := `{"apiVersion":"locks.lockd.dev/v1alpha1","kind":"LockClass","metadata":{"name":"report-export","namespace":"payments"},` +
-		`"spec":{"enforcement":"advisory","purpose":"correctness","resource":"reports-bucket","riskOwner":"payments-oncall","tier":"entity","ttl":"60s","waiverExpires":"2026-06-30"}}`
+		`"spec":{"enforcement":"advisory","keys":["payments/reports/"],"purpose":"correctness","resource":"reports-bucket","riskOwner":"payments-oncall","tier":"entity","ttl":"60s","waiverExpires":"2026-06-30"}}`
 	require.Equal(t, want, string(got))
 
 	// The namespace comes from the request when the object has none, and
@@ -65,7 +66,7 @@ func TestAdmissionDocument(t *testing.T) {
 }
 
 func TestAdmissionValidate(t *testing.T) {
-	h := NewHandler(func() time.Time { return testNow }, nil)
+	h := NewHandler(func() time.Time { return testNow }, nil, WithPeers(peerList{}))
 	expired := "advisory-waiver: spec.waiverExpires: waiver expired: 2026-06-30 is not in the future (now 2026-11-30T12:00:00Z)"
 	relabelled := strings.Replace(apiserverClass, `"argocd"`, `"flux"`, 1)
 	respecced := strings.Replace(apiserverClass, `"60s"`, `"90s"`, 1)
@@ -98,7 +99,7 @@ func TestAdmissionValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.UID = "uid-" + tc.name
-			resp := h.Validate(&tc.req)
+			resp := h.Validate(t.Context(), &tc.req)
 			require.Equal(t, tc.req.UID, resp.UID)
 			require.Equal(t, tc.allowed, resp.Allowed)
 			require.Equal(t, tc.warnings, resp.Warnings)

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
 const deployDir = "../../deploy"
@@ -33,7 +35,7 @@ var notManifests = map[string]string{
 // declare exactly these, and that internal/class accepts every one of them.
 var specFields = map[string][]string{
 	class.KindLockClass: {"purpose", "enforcement", "ttl", "tier", "onQuorumLoss", "fairness",
-		"resource", "resourceSchemaVersion", "riskOwner", "waiverExpires"},
+		"resource", "resourceSchemaVersion", "riskOwner", "waiverExpires", "keys", "nestedIn"},
 	class.KindLockGrant:       {"spiffeID", "prefixes", "sharedWith"},
 	class.KindPauseTestResult: {"class", "resource", "resourceSchemaVersion", "outcome", "ranAt", "expires", "tokens", "tokens.first", "tokens.second"},
 }
@@ -76,9 +78,17 @@ type (
 		} `json:"spec"`
 	}
 	schemaProps struct {
-		Type       string                  `json:"type"`
-		Properties map[string]*schemaProps `json:"properties"`
-		Items      *schemaProps            `json:"items"`
+		Type        string                  `json:"type"`
+		Properties  map[string]*schemaProps `json:"properties"`
+		Items       *schemaProps            `json:"items"`
+		Required    []string                `json:"required"`
+		MinItems    *int                    `json:"minItems"`
+		MaxLength   *int                    `json:"maxLength"`
+		ListType    string                  `json:"x-kubernetes-list-type"`
+		Validations []struct {
+			Rule    string `json:"rule"`
+			Message string `json:"message"`
+		} `json:"x-kubernetes-validations"`
 	}
 )
 
@@ -255,6 +265,61 @@ func TestCRDSchemas(t *testing.T) {
 			require.True(t, slices.ContainsFunc(class.Parse("sample.yaml", js, "", testNow).Problems,
 				func(p class.Problem) bool { return p.Field == "spec.undeclared" && p.Rule == "unknown field" }))
 		})
+	}
+}
+
+// dnsLabelRule is the CEL rule that an item or field is a DNS label, as
+// metadata.name's rule writes it; re is its regular expression.
+var dnsLabelRule = regexp.MustCompile(`^(self(?:\.metadata\.name)?)\.matches\('([^']+)'\)$`)
+
+// TestCRDClassKeys checks the schema of spec.keys and spec.nestedIn against
+// what internal/class accepts: keys are required, a non-empty set of
+// prefixes no longer than a key may be, each ending in "/"; nestedIn is a
+// set of DNS labels, by the same expression as metadata.name's, which
+// agrees with lockkey.IsDNSLabel.
+func TestCRDClassKeys(t *testing.T) {
+	c := crds(t)[class.KindLockClass]
+	require.NotNil(t, c)
+	root := c.Spec.Versions[0].Schema.OpenAPIV3Schema
+	spec := c.spec(t)
+	require.Contains(t, spec.Required, "keys", "a class without spec.keys owns no key (class-keys)")
+	require.NotContains(t, spec.Required, "nestedIn")
+
+	keys := spec.Properties["keys"]
+	require.Equal(t, "array", keys.Type)
+	require.NotNil(t, keys.MinItems)
+	require.Equal(t, 1, *keys.MinItems)
+	require.Equal(t, "set", keys.ListType, "a prefix listed twice is refused (class-keys)")
+	require.Equal(t, "string", keys.Items.Type)
+	require.NotNil(t, keys.Items.MaxLength)
+	require.Equal(t, lockkey.MaxLen, *keys.Items.MaxLength)
+	require.Len(t, keys.Items.Validations, 1)
+	require.Equal(t, "self.endsWith('/')", keys.Items.Validations[0].Rule)
+
+	nested := spec.Properties["nestedIn"]
+	require.Equal(t, "array", nested.Type)
+	require.Nil(t, nested.MinItems)
+	require.Equal(t, "set", nested.ListType)
+	require.Equal(t, "string", nested.Items.Type)
+	require.NotNil(t, nested.Items.MaxLength)
+	require.Equal(t, 63, *nested.Items.MaxLength)
+	require.Len(t, nested.Items.Validations, 1)
+	item := dnsLabelRule.FindStringSubmatch(nested.Items.Validations[0].Rule)
+	require.NotNil(t, item, "nestedIn items: %q is not a DNS-label rule", nested.Items.Validations[0].Rule)
+	require.Equal(t, "self", item[1])
+	var name []string
+	for _, v := range root.Validations {
+		if m := dnsLabelRule.FindStringSubmatch(v.Rule); m != nil && m[1] == "self.metadata.name" {
+			name = m
+		}
+	}
+	require.NotNil(t, name, "no metadata.name rule at the root")
+	require.Equal(t, name[2], item[2], "nestedIn names classes: the same expression as metadata.name")
+	// CEL's matches is RE2, as Go's regexp: the expression accepts exactly
+	// what lockkey.IsDNSLabel does.
+	re := regexp.MustCompile(item[2])
+	for _, s := range []string{"a", "ledger-writes", "0", strings.Repeat("a", 63), strings.Repeat("a", 64), "", "-a", "a-", "A", "a_b", "a.b", "ledger writes"} {
+		require.Equal(t, lockkey.IsDNSLabel(s), re.MatchString(s), "%q", s)
 	}
 }
 

@@ -33,13 +33,13 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 	}
 	sess := int64(lease.ID)
 	key := "t/race"
-	val, at := a.encodeHold("spiffe://t/alice", sess, "t/std")
-	first, err := a.tryGrant(t.Context(), key, val, sess, at, linePos{})
+	h := a.encodeHold("spiffe://t/alice", sess, &class.Class{Namespace: "t", Name: "std"})
+	first, err := a.tryGrant(t.Context(), key, h, sess, linePos{})
 	if err != nil || !first.granted {
 		t.Fatalf("grant: %+v %v", first, err)
 	}
 	// The retry's transaction runs in epoch 1 and sees the session's hold.
-	retry, err := a.tryGrant(t.Context(), key, val, sess, at, linePos{})
+	retry, err := a.tryGrant(t.Context(), key, h, sess, linePos{})
 	if err != nil || retry.granted {
 		t.Fatalf("retry: %+v %v", retry, err)
 	}

@@ -54,7 +54,7 @@ const staleWaiterGrace = 30 * time.Second
 // line in the same transaction when refused), then a place in line until
 // granted.
 func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *class.Class, ttl time.Duration) (Grant, error) {
-	d := &durable{a: a, req: req, class: cls.Namespace + "/" + cls.Name, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
+	d := &durable{a: a, req: req, cls: cls, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
 	deadline := time.Now().Add(req.Wait)
 	first := linePos{}
 	if req.Wait > 0 {
@@ -112,7 +112,7 @@ func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *c
 type durable struct {
 	a     *Arbiter
 	req   AcquireRequest
-	class string
+	cls   *class.Class // the key's class at the last attempt
 	ttl   time.Duration
 	qk    string
 	pos   linePos // zero until it has a place
@@ -126,15 +126,14 @@ type durable struct {
 
 // attempt is one grant transaction at pos (a newcomer when pos is zero).
 func (d *durable) attempt(ctx context.Context, pos linePos) (attempt, error) {
-	val, at := d.a.encodeHold(d.req.Caller.String(), d.req.Session, d.class)
-	return d.a.tryGrant(ctx, d.req.Key, val, d.req.Session, at, pos)
+	return d.a.tryGrant(ctx, d.req.Key, d.a.encodeHold(d.req.Caller.String(), d.req.Session, d.cls), d.req.Session, pos)
 }
 
 // record is the caller's waiter record, with its wait's deadline; own is
 // its existing waiter key, whose joining time is kept.
 func (d *durable) record(own *mvccpb.KeyValue, deadline time.Time) string {
 	now := d.a.now()
-	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: d.class,
+	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: classRef(d.cls),
 		QueuedAt: now.UnixNano(), Deadline: now.Add(time.Until(deadline)).UnixNano()}
 	if own != nil {
 		if old, err := keyspace.DecodeWaiter(own.Value); err == nil && old.QueuedAt != 0 {
@@ -189,9 +188,11 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
 	for {
-		if _, err := a.authorizeAcquire(d.req.Caller.String(), d.req.Key, d.class, d.ttl); err != nil {
+		cls, err := a.authorizeAcquire(d.req.Caller.String(), d.req.Key, "", d.ttl)
+		if err != nil {
 			return d.quit(ctx, err)
 		}
+		d.cls = cls // a grant records the key's class when it is made
 		// The view only ever says "wait": it may be behind the store, so
 		// nothing it shows is acted on. Anything else is read again,
 		// linearizably (look), and a grant is a transaction or that read.
@@ -422,10 +423,11 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 		if err != nil {
 			return false, nil
 		}
-		if _, err := a.authorizeAcquire(w.Identity, key, w.Class, 0); err != nil {
+		cls, err := a.authorizeAcquire(w.Identity, key, "", 0)
+		if err != nil {
 			return false, nil // its own arbiter tells it, and it leaves the line
 		}
-		val, at := a.encodeHold(w.Identity, head.Lease, w.Class)
+		h := a.encodeHold(w.Identity, head.Lease, cls)
 		hq := string(head.Key)
 		cctx, cancel := a.txnCtx(ctx)
 		headCmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
@@ -434,7 +436,7 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 			headCmps = headCmps[:1]
 		}
 		tr, err := a.cli.Txn(cctx).If(append(cmp, headCmps...)...).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
+			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
 		cancel()
 		if err != nil {
@@ -444,7 +446,7 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 			return true, err
 		}
 		if tr.Succeeded {
-			a.handTo(key, hq, Grant{Epoch: st.epoch, Revision: tr.Header.Revision, AcquiredAt: at})
+			a.handTo(key, hq, h.grant(0, st.epoch, tr.Header.Revision))
 			return true, nil
 		}
 		holds, eps := tr.Responses[0].GetResponseRange().Kvs, tr.Responses[1].GetResponseRange().Kvs

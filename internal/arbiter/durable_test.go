@@ -81,7 +81,7 @@ func putWaiter(t *testing.T, env *lockdtest.Env, key string, session int64, queu
 // the order they joined, whichever arbiter serves each.
 func TestDurableWaitersAreGrantedInArrivalOrderAcrossArbiters(t *testing.T) {
 	a, b := twoArbiters(t)
-	const key = "t/durable/order"
+	const key = "t/fifo/order"
 	first, err := a.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence)
 	if err != nil {
 		t.Fatal(err)
@@ -129,32 +129,38 @@ func TestDurableWaitersAreGrantedInArrivalOrderAcrossArbiters(t *testing.T) {
 
 // TestNotHeadIsNeverGranted: a free key with a live waiter in its durable
 // line is granted to nobody else, of any class, with or without a wait,
-// until that waiter has had it.
+// until that waiter has had it. A key of a best-effort class has a line
+// only when a class change moved it from a durable class while waiters were
+// in it; its grants compare the line too.
 func TestNotHeadIsNeverGranted(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{PollInterval: noPoll})
-	const key = "t/durable/head"
+	const key = "t/fifo/head"
 	// A waiter that joined through an arbiter that then died: its key is in
 	// line, on a live session, and nobody is serving it.
 	lc, _ := env.Raw(t, lockdtest.Bob)
 	bob := openSession(t, lc, 5*time.Second)
 	defer keepRenewing(t, lc, bob)()
 	putWaiter(t, env, key, bob, time.Now(), time.Now().Add(time.Minute))
+	const moved = "t/moved-from-fifo/head" // class std now
+	putWaiter(t, env, moved, bob, time.Now(), time.Now().Add(time.Minute))
 
 	alice, _ := env.Raw(t, lockdtest.Alice)
 	for _, tc := range []struct {
-		class string
-		ttl   time.Duration
-	}{{"fifo", 5 * time.Second}, {"std", 15 * time.Second}} {
+		key, class string
+		ttl        time.Duration
+	}{{key, "fifo", 5 * time.Second}, {moved, "std", 15 * time.Second}} {
 		sid := openSession(t, alice, tc.ttl)
-		if _, err := acquire(t.Context(), alice, sid, key, tc.class, 0); status.Code(err) != codes.Aborted {
+		if _, err := acquire(t.Context(), alice, sid, tc.key, tc.class, 0); status.Code(err) != codes.Aborted {
 			t.Errorf("%s, no wait: granted past a live durable waiter (err %v)", tc.class, err)
 		}
-		if _, err := acquire(t.Context(), alice, sid, key, tc.class, 700*time.Millisecond); status.Code(err) != codes.Aborted {
+		if _, err := acquire(t.Context(), alice, sid, tc.key, tc.class, 700*time.Millisecond); status.Code(err) != codes.Aborted {
 			t.Errorf("%s, waiting: granted past a live durable waiter (err %v)", tc.class, err)
 		}
 	}
-	if n := lineLen(t, env.Backend.Client, key); n != 1 {
-		t.Fatalf("line has %d waiters, want only Bob's (the others left when their waits ended)", n)
+	for _, k := range []string{key, moved} {
+		if n := lineLen(t, env.Backend.Client, k); n != 1 {
+			t.Fatalf("%s: line has %d waiters, want only Bob's (the others left when their waits ended)", k, n)
+		}
 	}
 
 	// Bob asks again on the same session: he resumes his place, is head,
@@ -169,9 +175,9 @@ func TestNotHeadIsNeverGranted(t *testing.T) {
 	if _, err := lc.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: bob, Key: key, Token: resp.GetToken().GetValue()}); err != nil {
 		t.Fatal(err)
 	}
-	sid := openSession(t, alice, 15*time.Second)
-	if _, err := acquire(t.Context(), alice, sid, key, "std", 0); err != nil {
-		t.Errorf("best-effort grant once the line is empty: %v", err)
+	sid := openSession(t, alice, 5*time.Second)
+	if _, err := acquire(t.Context(), alice, sid, key, "", 0); err != nil {
+		t.Errorf("grant once the line is empty: %v", err)
 	}
 }
 
@@ -181,7 +187,7 @@ func TestNotHeadIsNeverGranted(t *testing.T) {
 // and is granted first.
 func TestDurableWaiterKeepsItsPlaceAcrossAnArbiterRestart(t *testing.T) {
 	a, b := twoArbiters(t)
-	const key = "t/durable/restart"
+	const key = "t/fifo/restart"
 	alice, _ := a.Raw(t, lockdtest.Alice)
 	holder := openSession(t, alice, 5*time.Second)
 	defer keepRenewing(t, alice, holder)()
@@ -234,7 +240,7 @@ func TestDurableWaiterKeepsItsPlaceAcrossAnArbiterRestart(t *testing.T) {
 // waiter behind it moves up, woken by the delete (no polling).
 func TestDurableWaiterWhoseSessionDiesLeavesTheLine(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{PollInterval: noPoll})
-	const key = "t/durable/lapse"
+	const key = "t/fifo/lapse"
 	holder, err := env.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence)
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +283,7 @@ func TestDurableWaiterWhoseSessionDiesLeavesTheLine(t *testing.T) {
 // gave up long ago (its deadline far behind) does not block the line.
 func TestAbandonedDurableWaiterIsRemoved(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{PollInterval: noPoll})
-	const key = "t/durable/abandoned"
+	const key = "t/fifo/abandoned"
 	lc, _ := env.Raw(t, lockdtest.Bob)
 	bob := openSession(t, lc, 5*time.Second)
 	defer keepRenewing(t, lc, bob)()
@@ -297,7 +303,7 @@ func TestAbandonedDurableWaiterIsRemoved(t *testing.T) {
 // the same from every arbiter, in grant order.
 func TestInspectShowsTheDurableLineInOrder(t *testing.T) {
 	a, b := twoArbiters(t)
-	const key = "t/durable/inspect"
+	const key = "t/fifo/inspect"
 	first, err := a.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence)
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +345,7 @@ func TestGoClientKeepsItsDurablePlaceAcrossALockdRestart(t *testing.T) {
 	addr := lockdtest.FreeAddr(t)
 	a := lockdtest.Start(t, lockdtest.Options{Addr: addr, PollInterval: noPoll})
 	b := lockdtest.Start(t, lockdtest.Options{Backend: a.Backend, PollInterval: noPoll})
-	const key = "t/durable/client-restart"
+	const key = "t/fifo/client-restart"
 	holder, err := b.Client(t, lockdtest.Alice).Acquire(t.Context(), key, "fifo", noFence)
 	if err != nil {
 		t.Fatal(err)

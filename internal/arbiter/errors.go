@@ -69,6 +69,13 @@ var (
 	// without quorum; the request's session was opened in etcd. Nothing
 	// was granted: open a session now and acquire on it.
 	ErrNoQuorumSession = errors.New("arbiter: no etcd quorum: this class is granted (unprotected) only to a session opened without quorum; open a new session")
+	// ErrClassMismatch: the request named a class that does not own the
+	// key. A key's class is the one whose spec.keys has the longest prefix
+	// of it, decided in review; the message names it. Nothing was granted.
+	ErrClassMismatch = errors.New("arbiter: class mismatch")
+	// ErrNoClass: no class of the key's namespace owns the key (no
+	// spec.keys prefix of it), so it cannot be locked. Nothing was granted.
+	ErrNoClass = errors.New("arbiter: no class")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

@@ -51,15 +51,31 @@ type Grant struct {
 	Unprotected bool
 	Arbiter     string
 	SpoolSeq    uint64
+	// Class is the class the key was granted under ("namespace/name"): the
+	// key's class when the grant was made, recorded in the hold.
+	Class string
 }
 
 // holdRecord is the value of /l/<key>, on the holder's session lease.
 type holdRecord = keyspace.Hold
 
-func (a *Arbiter) encodeHold(identity string, session int64, cls string) (string, time.Time) {
+// newHold is a hold record about to be put: its value, when it was made by
+// the arbiter's clock, and the class it records (the key's class now).
+type newHold struct {
+	val string
+	at  time.Time
+	cls *class.Class
+}
+
+func (a *Arbiter) encodeHold(identity string, session int64, cls *class.Class) newHold {
 	now := a.now()
-	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: cls, AcquiredAt: now.UnixNano()})
-	return string(b), now
+	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: classRef(cls), AcquiredAt: now.UnixNano()})
+	return newHold{val: string(b), at: now, cls: cls}
+}
+
+// grant is h granted at rev under epoch with token tok.
+func (h newHold) grant(tok uint64, epoch uint32, rev int64) Grant {
+	return Grant{Token: tok, Epoch: epoch, Revision: rev, AcquiredAt: h.at, Class: classRef(h.cls)}
 }
 
 func decodeHold(kv *mvccpb.KeyValue) (holdRecord, error) {
@@ -70,8 +86,18 @@ func decodeHold(kv *mvccpb.KeyValue) (holdRecord, error) {
 	return h, nil
 }
 
-// resolveClass finds the class a request names in the key's namespace.
-func resolveClass(set *class.Set, ns, ref string) (*class.Class, error) {
+// keyClass is the class of key in set: the class owning the longest
+// prefix of it (spec.keys). ref, when the request names a class ("name" or
+// "namespace/name"), must be that class: a caller never picks a key's class.
+func keyClass(set *class.Set, key, ref string) (*class.Class, error) {
+	ns := lockkey.Namespace(key)
+	owner, owned := set.Owner(key)
+	if ref == "" {
+		if !owned {
+			return nil, noClassErr(ns, key)
+		}
+		return owner, nil
+	}
 	name := ref
 	if i := strings.IndexByte(ref, '/'); i >= 0 {
 		if ref[:i] != ns {
@@ -80,13 +106,27 @@ func resolveClass(set *class.Set, ns, ref string) (*class.Class, error) {
 		name = ref[i+1:]
 	}
 	if name == "" {
-		return nil, fmt.Errorf("%w: class: required", ErrInvalid)
+		return nil, fmt.Errorf("%w: class: must name a class, or be left out for the key's own", ErrInvalid)
 	}
-	c, ok := set.Class(ns, name)
-	if !ok {
+	named, ok := set.Class(ns, name)
+	switch {
+	case !ok:
 		return nil, fmt.Errorf("%w: class: no class %q in namespace %q", ErrInvalid, name, ns)
+	case !owned:
+		return nil, noClassErr(ns, key)
+	case named != owner:
+		return nil, fmt.Errorf("%w: key %s belongs to class %s/%s (its spec.keys has %q), not %s/%s; leave the class out to use the key's own",
+			ErrClassMismatch, key, owner.Namespace, owner.Name, set.OwnedPrefix(key), ns, name)
 	}
-	return c, nil
+	return owner, nil
+}
+
+// classRef is how holds and waiters name a class: "namespace/name".
+func classRef(c *class.Class) string { return c.Namespace + "/" + c.Name }
+
+func noClassErr(ns, key string) error {
+	return fmt.Errorf("%w: no LockClass of namespace %s owns key %s (a key is locked under the class whose spec.keys has the longest prefix of it); add a prefix of the key to a class of %s in review",
+		ErrNoClass, ns, key, ns)
 }
 
 // attempt is the outcome of one grant transaction (or hold read).
@@ -140,7 +180,7 @@ type linePos struct {
 // The transaction is not cancelled when the caller goes away (only bounded
 // by the request timeout), so the arbiter always learns whether it granted;
 // callers release a grant whose requester has left (releaseIfGone).
-func (a *Arbiter) tryGrant(ctx context.Context, key, val string, lease int64, at time.Time, pos linePos) (attempt, error) {
+func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
 	hk := holdKey(key)
 	lineCmps, lineThen, lineReads := lineOps(key, lease, pos)
 	for range 3 {
@@ -160,7 +200,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key, val string, lease int64, at
 		start := time.Now()
 		resp, err := a.cli.Txn(cctx).
 			If(cmps...).
-			Then(append([]clientv3.Op{clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
+			Then(append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
 			Else(append(holdReads(hk), lineReads...)...).
 			Commit()
 		cancel()
@@ -175,8 +215,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key, val string, lease int64, at
 			if err != nil {
 				return attempt{}, fmt.Errorf("%w: %v", ErrInternal, err)
 			}
-			return attempt{granted: true, epoch: st.epoch,
-				grant: Grant{Token: tok, Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}}, nil
+			return attempt{granted: true, epoch: st.epoch, grant: h.grant(tok, st.epoch, resp.Header.Revision)}, nil
 		}
 		att, res, err := a.readOutcome(resp, st, start)
 		if err != nil || res == epochMoved {
@@ -360,7 +399,8 @@ func (a *Arbiter) classify(at attempt, identity string, session int64) (Grant, b
 		if err != nil {
 			return Grant{}, false, fmt.Errorf("%w: %v", ErrInternal, err)
 		}
-		return Grant{Token: tok, Epoch: at.epoch, Revision: at.holderModRev, AcquiredAt: time.Unix(0, at.holder.AcquiredAt)}, true, nil
+		return Grant{Token: tok, Epoch: at.epoch, Revision: at.holderModRev, AcquiredAt: time.Unix(0, at.holder.AcquiredAt),
+			Class: at.holder.Class}, true, nil
 	}
 	if at.holderLease != 0 && at.holder.Identity == identity {
 		return Grant{}, false, fmt.Errorf("%w %d", ErrLeak, at.holderLease)
@@ -369,14 +409,17 @@ func (a *Arbiter) classify(at attempt, identity string, session int64) (Grant, b
 }
 
 // authorizeAcquire checks, against the policy served now, that identity may
-// lock key under classRef with a session of ttl. Waiters are checked again
-// before every attempt: a class reload can revoke a grant or change a TTL.
+// lock key with a session of ttl (0: not known yet), and returns the key's
+// class; classRef, when set, must name that class. Waiters are checked
+// again before every attempt, with no classRef: a class reload can revoke a
+// grant, move the key to another class or change a TTL, and a grant records
+// the key's class at the moment it is made.
 func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Duration) (*class.Class, error) {
 	pol := a.policy.Load()
 	if !pol.Authz.Allow(identity, key) {
 		return nil, authz.ErrDenied
 	}
-	cls, err := resolveClass(pol.Classes, lockkey.Namespace(key), classRef)
+	cls, err := keyClass(pol.Classes, key, classRef)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +479,6 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		return Grant{}, fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
 			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
 	}
-	classRef := cls.Namespace + "/" + cls.Name
 	if cls.Fairness == class.FairnessDurable {
 		g, err = a.acquireDurable(ctx, req, cls, sess.ttl)
 		if errors.Is(err, ErrQuota) {
@@ -450,9 +492,9 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	}
 	hk := holdKey(req.Key)
 
-	w := &waiter{identity: req.Caller.String(), session: req.Session, class: classRef, ttl: sess.ttl,
+	w := &waiter{identity: req.Caller.String(), session: req.Session, ttl: sess.ttl,
 		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
-	att, tried, err := a.firstLook(ctx, req, hk, classRef)
+	att, tried, err := a.firstLook(ctx, req, hk, cls)
 	if err != nil {
 		return Grant{}, a.sessionGone(req.Session, err)
 	}
@@ -489,11 +531,10 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 // replaces the session's own older waiter for the key, if any, and reads
 // the hold when the caller may be its holder (an idempotent retry) or its
 // identity's (a leak). tried reports whether the attempt read the store.
-func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk, classRef string) (attempt, bool, error) {
+func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk string, cls *class.Class) (attempt, bool, error) {
 	q, dup, hint := a.queueFor(req.Key, req.Session)
 	if q == nil {
-		val, at := a.encodeHold(req.Caller.String(), req.Session, classRef)
-		att, err := a.tryGrant(ctx, req.Key, val, req.Session, at, linePos{})
+		att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
 		return att, true, err
 	}
 	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {

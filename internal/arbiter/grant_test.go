@@ -276,7 +276,8 @@ func TestBadInputsAreInvalidArgumentNamingTheRule(t *testing.T) {
 		{"too long", "t/" + strings.Repeat("x", 600), "std", codes.InvalidArgument, "512"},
 		{"unknown class", "t/a", "nope", codes.InvalidArgument, `no class "nope"`},
 		{"class of another namespace", "t/a", "other/std", codes.InvalidArgument, "must match the key's namespace"},
-		{"session ttl is not the class ttl", "t/a", "fast", codes.FailedPrecondition, "ttl"},
+		{"session ttl is not the class ttl", "t/fast/a", "fast", codes.FailedPrecondition, "ttl"},
+		{"a class that does not own the key", "t/fast/a", "std", codes.FailedPrecondition, `key t/fast/a belongs to class t/fast (its spec.keys has "t/fast/"), not t/std`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,7 +325,7 @@ func TestDenialsAreIdentical(t *testing.T) {
 
 func TestKilledClientFreesHoldsAfterTTL(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
-	const key = "t/killed"
+	const key = "t/fast/killed"
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "LOCKD_TEST_HOLDER_ADDR="+env.Addr, "LOCKD_TEST_HOLDER_KEY="+key)
 	out, err := cmd.StdoutPipe()

@@ -81,6 +81,10 @@ type Inspection struct {
 	// Queue are the waiters queued for the key on this arbiter, in arrival
 	// (grant) order; len(Queue) == Hold.Waiters.
 	Queue []WaiterInfo
+	// Class is the key's class now ("namespace/name"), held or not: the
+	// class its next grant is made under; empty when no class owns it.
+	// Hold.Class is the class the hold was granted under.
+	Class string
 }
 
 // Inspect describes key.
@@ -103,9 +107,13 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	}
 	holds := resp.Responses[0].GetResponseRange().Kvs
 	line := a.lineInfo(resp.Responses[1].GetResponseRange().Kvs)
+	var owner string
+	if c, ok := a.policy.Load().Classes.Owner(key); ok {
+		owner = classRef(c)
+	}
 	if len(holds) == 0 {
 		queue := append(line, a.queueInfo(key, 0, len(line))...)
-		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue}, nil
+		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue, Class: owner}, nil
 	}
 	h, err := decodeHold(holds[0])
 	if err != nil {
@@ -117,7 +125,7 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	if info.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
 	}
-	return Inspection{Hold: info, Held: true, Queue: queue}, nil
+	return Inspection{Hold: info, Held: true, Queue: queue, Class: owner}, nil
 }
 
 // maxLineShown bounds the durable waiters Inspect lists.

@@ -76,6 +76,7 @@ func (p posture) String() string {
 type openHold struct {
 	session  int64
 	identity string
+	class    string // "namespace/name"
 	seq      uint64 // 0 while its spool append is in flight
 	at       time.Time
 }
@@ -400,7 +401,7 @@ func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *clas
 		}
 		switch {
 		case h == nil:
-			h = &openHold{session: req.Session, identity: who, at: a.now()}
+			h = &openHold{session: req.Session, identity: who, class: classRef(cls), at: a.now()}
 			o.holds[req.Key] = h
 			o.appends++
 			o.mu.Unlock()
@@ -438,7 +439,7 @@ func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *clas
 // the reservation up when the append fails: nothing unrecorded is granted.
 func (a *Arbiter) spoolGrant(req AcquireRequest, cls *class.Class, h *openHold) (Grant, error) {
 	o := a.open
-	rec, _ := json.Marshal(keyspace.Unprotected{Arbiter: o.id, Key: req.Key, Class: cls.Namespace + "/" + cls.Name,
+	rec, _ := json.Marshal(keyspace.Unprotected{Arbiter: o.id, Key: req.Key, Class: classRef(cls),
 		Identity: h.identity, Session: h.session, AcquiredAt: h.at.UnixNano(), TTL: int64(cls.TTL / time.Second)})
 	seq, err := o.sp.Append(rec)
 	o.mu.Lock()
@@ -457,7 +458,7 @@ func (a *Arbiter) spoolGrant(req AcquireRequest, cls *class.Class, h *openHold) 
 }
 
 func (a *Arbiter) openGrant(h *openHold) Grant {
-	return Grant{AcquiredAt: h.at, Unprotected: true, Arbiter: a.open.id, SpoolSeq: h.seq}
+	return Grant{AcquiredAt: h.at, Unprotected: true, Arbiter: a.open.id, SpoolSeq: h.seq, Class: h.class}
 }
 
 // releaseOpen ends an unprotected hold of a local session.

@@ -33,13 +33,15 @@ import (
 )
 
 // openClasses are lockdtest's classes and "cache", an efficiency class
-// that declares onQuorumLoss: open.
+// that declares onQuorumLoss: open and owns t/cache/….
 func openClasses() map[string]string {
 	c := maps.Clone(lockdtest.Classes)
 	c["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: cache, namespace: t}
 spec:
+  keys: ["t/cache/"]
+  nestedIn: [std]
   purpose: efficiency
   enforcement: advisory
   ttl: 30s
@@ -153,7 +155,7 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 	defer cancel()
 	_, err = acquire(ctx, alice, etcdSession, "t/closed", "std", 0)
 	requireCode(t, err, codes.Unavailable, "a closed class without quorum")
-	_, err = acquire(ctx, alice, etcdSession, "t/c1", "cache", 0)
+	_, err = acquire(ctx, alice, etcdSession, "t/cache/c1", "cache", 0)
 	requireCode(t, err, codes.FailedPrecondition, "an open class on a session opened in etcd")
 	if r := client.Reason(err); r != "NO_QUORUM_SESSION" {
 		t.Fatalf("an open class on a session opened in etcd: reason %q, want NO_QUORUM_SESSION", r)
@@ -177,15 +179,15 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 			t.Fatalf("open grant of %s: %v, want unprotected, token 0, an arbiter ID and spool seq %d", key, g, seq)
 		}
 	}
-	grant(alice, as, "t/c1", 1)
-	grant(alice, as, "t/c1", 1) // the holder asking again gets its grant, not another
-	_, err = acquire(ctx, bob, bs, "t/c1", "cache", 0)
+	grant(alice, as, "t/cache/c1", 1)
+	grant(alice, as, "t/cache/c1", 1) // the holder asking again gets its grant, not another
+	_, err = acquire(ctx, bob, bs, "t/cache/c1", "cache", 0)
 	requireCode(t, err, codes.Aborted, "a key held open by another session")
-	grant(bob, bs, "t/c2", 2)
-	if _, err := alice.Release(ctx, &lockv1.ReleaseRequest{SessionId: as, Key: "t/c1"}); err != nil {
+	grant(bob, bs, "t/cache/c2", 2)
+	if _, err := alice.Release(ctx, &lockv1.ReleaseRequest{SessionId: as, Key: "t/cache/c1"}); err != nil {
 		t.Fatalf("release of an open hold: %v", err)
 	}
-	grant(bob, bs, "t/c1", 3)
+	grant(bob, bs, "t/cache/c1", 3)
 
 	ka, err := keepAliveOnce(t, alice, as)
 	if err != nil || ka.GetTtl().AsDuration() != 30*time.Second {
@@ -200,11 +202,11 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 	if err != nil || ka.GetTtl().AsDuration() != 0 || !ka.GetUnprotectedEnded() {
 		t.Fatalf("keepalive of a local session after quorum returned: %v %v; want ttl 0 and unprotected_ended", ka, err)
 	}
-	_, err = acquire(t.Context(), bob, bs, "t/c3", "cache", 0)
+	_, err = acquire(t.Context(), bob, bs, "t/cache/c3", "cache", 0)
 	requireCode(t, err, codes.NotFound, "a local session after quorum returned")
 
 	got := shipped(t, o.backend)
-	want := map[uint64]struct{ key, id string }{1: {"t/c1", lockdtest.Alice}, 2: {"t/c2", lockdtest.Bob}, 3: {"t/c1", lockdtest.Bob}}
+	want := map[uint64]struct{ key, id string }{1: {"t/cache/c1", lockdtest.Alice}, 2: {"t/cache/c2", lockdtest.Bob}, 3: {"t/cache/c1", lockdtest.Bob}}
 	if len(got) != len(want) {
 		t.Fatalf("shipped %d unprotected grants, want %d: %v", len(got), len(want), got)
 	}
@@ -227,7 +229,7 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 	}
 
 	fresh := openSession(t, alice, 30*time.Second)
-	g, err := acquire(t.Context(), alice, fresh, "t/c1", "cache", 0)
+	g, err := acquire(t.Context(), alice, fresh, "t/cache/c1", "cache", 0)
 	if err != nil || g.GetUnprotected() || g.GetToken().GetValue() == 0 {
 		t.Fatalf("the open class with quorum back: %v %v; want a protected grant", g, err)
 	}
@@ -339,7 +341,7 @@ func TestKilledLockdLosesNoAcknowledgedUnprotectedGrant(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for n := 0; ctx.Err() == nil; n++ {
-				key := fmt.Sprintf("t/kill/%d/%d", i, n)
+				key := fmt.Sprintf("t/cache/kill/%d/%d", i, n)
 				g, err := acquire(ctx, lc, sid, key, "cache", 0)
 				if err != nil {
 					return // the kill
@@ -388,14 +390,14 @@ func TestKilledLockdLosesNoAcknowledgedUnprotectedGrant(t *testing.T) {
 func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	o := startOutage(t, lockdtest.Options{})
 	c := o.env.Client(t, lockdtest.Alice)
-	pre, err := c.Acquire(t.Context(), "t/client-pre", "cache", func(*client.Lock) {})
+	pre, err := c.Acquire(t.Context(), "t/cache/client-pre", "cache", func(*client.Lock) {})
 	if err != nil || pre.Unprotected() {
 		t.Fatalf("acquire with quorum: %v", err)
 	}
 	o.loseQuorum(t)
 
 	fenced := make(chan struct{})
-	l, err := c.Acquire(t.Context(), "t/client", "cache", func(*client.Lock) { close(fenced) })
+	l, err := c.Acquire(t.Context(), "t/cache/client", "cache", func(*client.Lock) { close(fenced) })
 	if err != nil {
 		t.Fatalf("acquire without quorum: %v", err)
 	}
@@ -423,8 +425,43 @@ func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	}
 	lockdtest.WaitFor(t, 30*time.Second, "the protected lock safe again", func() bool { return pre.CanStart() })
 
-	l, err = c.Acquire(t.Context(), "t/client", "cache", func(*client.Lock) {})
+	l, err = c.Acquire(t.Context(), "t/cache/client", "cache", func(*client.Lock) {})
 	if err != nil || l.Unprotected() || l.Token() == 0 || !l.CanStart() {
 		t.Fatalf("acquire with quorum back: %v (unprotected %v); want a protected lock", err, l != nil && l.Unprotected())
+	}
+}
+
+// reasonOf is lockd's wire reason on err.
+func reasonOf(err error) string { return client.Reason(err) }
+
+// TestWithoutQuorumAKeyOfAClosedClassIsNotGrantedByNamingAnOpenClass: Alice
+// holds t/ledger/42 under std (fenced, closed on quorum loss). Without a
+// quorum, Bob names the open class cache for the same key: the key's class
+// is std's, decided in review, so the request is refused as a class
+// mismatch naming std, and not granted from memory while Alice's lock is
+// still live. Asked without a class, it is std's, closed: refused.
+func TestWithoutQuorumAKeyOfAClosedClassIsNotGrantedByNamingAnOpenClass(t *testing.T) {
+	o := startOutage(t, lockdtest.Options{})
+	const key = "t/ledger/42"
+	alice := o.env.Client(t, lockdtest.Alice)
+	held, err := alice.Acquire(t.Context(), key, "std", func(*client.Lock) {})
+	if err != nil {
+		t.Fatalf("Alice's protected lock: %v", err)
+	}
+	o.loseQuorum(t)
+
+	bob, _ := o.env.Raw(t, lockdtest.Bob)
+	local := openSession(t, bob, 30*time.Second)
+	g, err := acquire(t.Context(), bob, local, key, "cache", 0)
+	if err == nil {
+		t.Fatalf("granted %s to Bob under the open class (unprotected %v) while Alice holds it under std (%s)", key, g.GetUnprotected(), held.State())
+	}
+	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != "CLASS_MISMATCH" || !strings.Contains(status.Convert(err).Message(), "t/std") {
+		t.Fatalf("Bob naming cache for %s: %v; want FAILED_PRECONDITION, CLASS_MISMATCH naming t/std", key, err)
+	}
+	_, err = acquire(t.Context(), bob, local, key, "", 0)
+	requireCode(t, err, codes.Unavailable, "the key's own class (closed) without a quorum")
+	if held.State() == client.Ended {
+		t.Fatalf("Alice's lock ended: %v", held.Err())
 	}
 }

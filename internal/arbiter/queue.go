@@ -29,7 +29,6 @@ type waitResult struct {
 type waiter struct {
 	identity string
 	session  int64
-	class    string          // "ns/name"
 	ttl      time.Duration   // the session's
 	wake     chan struct{}   // cap 1: "you may be head, try"
 	done     chan waitResult // cap 1: set by a handoff (or a supersede)
@@ -312,14 +311,14 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 		// A handoff got here first; the result is in w.done.
 		return Grant{}, false, nil
 	}
-	if _, err := a.authorizeAcquire(w.identity, req.Key, w.class, w.ttl); err != nil {
+	cls, err := a.authorizeAcquire(w.identity, req.Key, "", w.ttl)
+	if err != nil {
 		a.qmu.Lock()
 		a.leave(req.Key, w, true)
 		a.qmu.Unlock()
 		return Grant{}, true, err
 	}
-	val, at := a.encodeHold(req.Caller.String(), req.Session, w.class)
-	att, err := a.tryGrant(ctx, req.Key, val, req.Session, at, linePos{})
+	att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
 	if err == nil && att.granted {
 		a.qmu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
@@ -411,7 +410,8 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 		if w == nil {
 			return false, false, false, nil
 		}
-		if _, aerr := a.authorizeAcquire(w.identity, key, w.class, w.ttl); aerr != nil {
+		cls, aerr := a.authorizeAcquire(w.identity, key, "", w.ttl)
+		if aerr != nil {
 			// A class reload revoked its grant or changed the TTL: it cannot
 			// hold the key; next.
 			a.qmu.Lock()
@@ -428,12 +428,12 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			a.qmu.Unlock()
 			signal(w.wake)
 		}
-		val, at := a.encodeHold(w.identity, w.session, w.class)
+		h := a.encodeHold(w.identity, w.session, cls)
 		cctx, cancel := a.txnCtx(ctx)
 		start := time.Now()
 		qr := keyspace.QueueRange(key)
 		resp, err := a.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
-			Then(clientv3.OpPut(hk, val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
+			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
@@ -463,7 +463,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			retry, err := a.releaseRefused(resp, st, start)
 			return !retry, false, retry, err
 		}
-		g := Grant{Epoch: st.epoch, Revision: resp.Header.Revision, AcquiredAt: at}
+		g := h.grant(0, st.epoch, resp.Header.Revision)
 		if g.Token, err = token.Pack(st.epoch, resp.Header.Revision); err != nil {
 			unclaim()
 			return true, false, false, fmt.Errorf("%w: %v", ErrInternal, err)

@@ -285,7 +285,7 @@ func TestKeepAliveNotCreditedWithAStaleEpoch(t *testing.T) {
 	// to etcd's lease server.
 	slow := lockdtest.Start(t, lockdtest.Options{Backend: &store.Backend{Client: kv.Client, Leases: b.Leases}})
 	c := lockdtest.ClientAt(t, slow.Addr, lockdtest.Alice)
-	l, err := c.Acquire(t.Context(), "t/stale-epoch", "fast", func(*client.Lock) {})
+	l, err := c.Acquire(t.Context(), "t/fast/stale-epoch", "fast", func(*client.Lock) {})
 	if err != nil {
 		t.Fatal(err)
 	}

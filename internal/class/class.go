@@ -125,6 +125,15 @@ type Class struct {
 	// WaiverExpires is when the risk waiver of an advisory class lapses; a
 	// date-only value means 00:00 UTC that day. Zero when unset.
 	WaiverExpires time.Time
+	// Keys are the key prefixes the class owns (spec.keys), each
+	// "<namespace>/…/" like a LockGrant's prefixes. A key's class is the
+	// class with the longest prefix of it in its namespace ([Set.Owner]):
+	// decided in review, never by a caller.
+	Keys []string
+	// NestedIn names the classes of the namespace whose prefixes contain
+	// some of this class's (spec.nestedIn): a class that carves keys out of
+	// another's must say so, so review sees keys move between classes.
+	NestedIn []string
 	// Source is the file the class was read from.
 	Source string
 	// Line is the line of Source where the class document starts.

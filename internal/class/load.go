@@ -120,6 +120,7 @@ func Inspect(dir string, now time.Time) (*Tree, error) {
 			}
 		}
 	}
+	t.Problems = append(t.Problems, CheckOwnership(t.Classes)...)
 	sortProblems(t.Problems)
 	return t, nil
 }

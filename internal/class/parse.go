@@ -30,16 +30,18 @@ type (
 		Kind       string      `json:"kind"`
 		Metadata   metadataDoc `json:"metadata"`
 		Spec       struct {
-			Purpose               string `json:"purpose"`
-			Enforcement           string `json:"enforcement"`
-			TTL                   string `json:"ttl"`
-			Tier                  string `json:"tier"`
-			OnQuorumLoss          string `json:"onQuorumLoss"`
-			Fairness              string `json:"fairness"`
-			Resource              string `json:"resource"`
-			ResourceSchemaVersion string `json:"resourceSchemaVersion"`
-			RiskOwner             string `json:"riskOwner"`
-			WaiverExpires         string `json:"waiverExpires"`
+			Purpose               string   `json:"purpose"`
+			Enforcement           string   `json:"enforcement"`
+			TTL                   string   `json:"ttl"`
+			Tier                  string   `json:"tier"`
+			OnQuorumLoss          string   `json:"onQuorumLoss"`
+			Fairness              string   `json:"fairness"`
+			Resource              string   `json:"resource"`
+			ResourceSchemaVersion string   `json:"resourceSchemaVersion"`
+			RiskOwner             string   `json:"riskOwner"`
+			WaiverExpires         string   `json:"waiverExpires"`
+			Keys                  []string `json:"keys"`
+			NestedIn              []string `json:"nestedIn"`
 		} `json:"spec"`
 	}
 	grantDoc struct {
@@ -368,9 +370,12 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 		Resource:              s.Resource,
 		ResourceSchemaVersion: s.ResourceSchemaVersion,
 		RiskOwner:             s.RiskOwner,
+		Keys:                  slices.Clone(s.Keys),
+		NestedIn:              slices.Clone(s.NestedIn),
 		Source:                dp.p.path,
 		Line:                  dp.d.start,
 	}
+	dp.classKeys(c)
 	enum(dp, RuleSchema, "spec.purpose", c.Purpose, true, PurposeCorrectness, PurposeEfficiency)
 	enum(dp, RuleSchema, "spec.enforcement", c.Enforcement, true, EnforcementFenced, EnforcementAdvisory)
 	enum(dp, RuleTierRequired, "spec.tier", c.Tier, true, TierEntity, TierCoord)
@@ -427,6 +432,54 @@ func (dp *docProblems) class(doc *classDoc) *Class {
 		dp.addRule(RuleAdvisoryWaiver, "spec.waiverExpires", "is required for advisory classes")
 	}
 	return c
+}
+
+// classKeys checks spec.keys and spec.nestedIn of one class: the rules
+// that need nothing but the class. Whether prefixes clash with another
+// class's is [CheckOwnership]'s.
+func (dp *docProblems) classKeys(c *Class) {
+	if len(c.Keys) == 0 {
+		ex := "<namespace>/orders/"
+		if c.Namespace != "" {
+			ex = c.Namespace + "/orders/"
+		}
+		dp.addRule(RuleClassKeys, "spec.keys", fmt.Sprintf("must list at least one key prefix the class owns, such as %q: a key no class owns cannot be locked", ex))
+	}
+	for i, pfx := range c.Keys {
+		field := fmt.Sprintf("spec.keys[%d]", i)
+		if c.Namespace != "" && !strings.HasPrefix(pfx, c.Namespace+"/") {
+			dp.addRule(RuleClassKeys, field, fmt.Sprintf("must start with the class's namespace %q, got %q", c.Namespace+"/", pfx))
+			continue
+		}
+		if err := lockkey.ValidatePrefix(pfx); err != nil {
+			rule := strings.TrimPrefix(err.Error(), lockkey.ErrInvalidKey.Error()+": ")
+			dp.addRule(RuleClassKeys, field, fmt.Sprintf("invalid prefix %q: %s", pfx, rule))
+			continue
+		}
+		for j, other := range c.Keys[:i] {
+			switch {
+			case other == pfx:
+				dp.addRule(RuleClassKeys, field, fmt.Sprintf("%q is listed twice (spec.keys[%d])", pfx, j))
+			case strings.HasPrefix(pfx, other) || strings.HasPrefix(other, pfx):
+				outer, inner := other, pfx
+				if len(pfx) < len(other) {
+					outer, inner = pfx, other
+				}
+				dp.addRule(RuleClassKeys, field, fmt.Sprintf("%q is inside %q, also listed: list only %q", inner, outer, outer))
+			}
+		}
+	}
+	for i, n := range c.NestedIn {
+		field := fmt.Sprintf("spec.nestedIn[%d]", i)
+		switch {
+		case !lockkey.IsDNSLabel(n):
+			dp.addRule(RuleClassKeys, field, fmt.Sprintf("must be the name of a class of the namespace (a DNS label), got %q", n))
+		case n == c.Name:
+			dp.addRule(RuleClassKeys, field, "names the class itself")
+		case slices.Contains(c.NestedIn[:i], n):
+			dp.addRule(RuleClassKeys, field, fmt.Sprintf("%q is listed twice", n))
+		}
+	}
 }
 
 func (dp *docProblems) grant(doc *grantDoc) *Grant {

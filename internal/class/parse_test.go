@@ -19,7 +19,7 @@ const header = "apiVersion: locks.lockd.dev/v1alpha1\n"
 // classYAML returns a valid LockClass document with spec lines replaced
 // or added by extra ("key: value" lines; "key: -" deletes the key).
 func classYAML(name string, extra ...string) string {
-	spec := []string{"purpose: correctness", "enforcement: fenced", "ttl: 15s", "tier: entity"}
+	spec := []string{"purpose: correctness", "enforcement: fenced", "ttl: 15s", "tier: entity", "keys: [\"payments/" + name + "/\"]"}
 	for _, e := range extra {
 		k, _, _ := strings.Cut(e, ":")
 		replaced := false
@@ -63,12 +63,25 @@ func TestParseFileClassRules(t *testing.T) {
 		{"durable fairness", classYAML("a", "fairness: durable"), "", ""},
 		{"open for advisory efficiency", classYAML("a", advisory("onQuorumLoss: open")...), "", ""},
 
+		{"several keys", classYAML("a", `keys: ["payments/a/", "payments/a-archive/"]`), "", ""},
+		{"whole namespace", classYAML("a", `keys: ["payments/"]`), "", ""},
+		{"nested in another", classYAML("a", "nestedIn: [b]"), "", ""},
+		{"missing keys", classYAML("a", "keys: -"), "spec.keys", `must list at least one key prefix the class owns, such as "payments/orders/"`},
+		{"empty keys", classYAML("a", "keys: []"), "spec.keys", "must list at least one key prefix"},
+		{"key outside namespace", classYAML("a", `keys: ["other/a/"]`), "spec.keys[0]", `must start with the class's namespace "payments/", got "other/a/"`},
+		{"key without slash", classYAML("a", `keys: ["payments/a"]`), "spec.keys[0]", `invalid prefix "payments/a": prefix must end with "/"`},
+		{"key listed twice", classYAML("a", `keys: ["payments/a/", "payments/a/"]`), "spec.keys[1]", `"payments/a/" is listed twice (spec.keys[0])`},
+		{"key inside its own", classYAML("a", `keys: ["payments/a/b/", "payments/a/"]`), "spec.keys[1]", `"payments/a/b/" is inside "payments/a/", also listed: list only "payments/a/"`},
+		{"nested in itself", classYAML("a", "nestedIn: [a]"), "spec.nestedIn[0]", "names the class itself"},
+		{"nested in twice", classYAML("a", "nestedIn: [b, b]"), "spec.nestedIn[1]", `"b" is listed twice`},
+		{"nested in a bad name", classYAML("a", "nestedIn: [B_x]"), "spec.nestedIn[0]", "must be the name of a class of the namespace"},
+
 		{"bad apiVersion", strings.Replace(classYAML("a"), "v1alpha1", "v1", 1), "apiVersion", "must be locks.lockd.dev/v1alpha1"},
 		{"missing apiVersion", strings.TrimPrefix(classYAML("a"), header), "apiVersion", "is required"},
 		{"bad kind", strings.Replace(classYAML("a"), "LockClass", "Lock", 1), "kind", "must be LockClass, LockGrant or PauseTestResult"},
 		{"bad name", classYAML("Bad_Name"), "metadata.name", "DNS label"},
 		{"missing name", strings.Replace(classYAML("a"), "  name: a\n", "", 1), "metadata.name", "is required"},
-		{"wrong namespace", strings.Replace(classYAML("a"), "namespace: payments", "namespace: other", 1), "metadata.namespace", `must equal the namespace folder "payments"`},
+		{"wrong namespace", strings.Replace(classYAML("a", `keys: ["other/a/"]`), "namespace: payments", "namespace: other", 1), "metadata.namespace", `must equal the namespace folder "payments"`},
 		{"missing namespace", strings.Replace(classYAML("a"), "  namespace: payments\n", "", 1), "metadata.namespace", "is required"},
 		{"unknown top-level field", classYAML("a") + "status: {}\n", "status", "unknown field"},
 		{"unknown spec field", classYAML("a", "color: red"), "spec.color", "unknown field"},
@@ -139,6 +152,7 @@ func TestParseFileClassValues(t *testing.T) {
 		Resource:      "db",
 		RiskOwner:     "team",
 		WaiverExpires: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+		Keys:          []string{"payments/a/"},
 		Source:        "f.yaml",
 		Line:          1,
 	}, classes[0])
@@ -207,8 +221,8 @@ func TestParseFileLinesAndMultipleDocuments(t *testing.T) {
 	}
 	require.Equal(t, []string{
 		"x.yaml:10: LockClass payments/a: spec.ttl: must be between 5s and 300s, got 2s",
-		"x.yaml:26: LockClass payments/b: spec.color: unknown field",
-		"x.yaml:22: LockClass payments/b: spec.purpose: must be one of correctness, efficiency, got \"speed\"",
+		"x.yaml:28: LockClass payments/b: spec.color: unknown field",
+		"x.yaml:23: LockClass payments/b: spec.purpose: must be one of correctness, efficiency, got \"speed\"",
 		"x.yaml:" + strconv.Itoa(lines) + ": LockGrant payments/g: spec.prefixes[1]: invalid prefix \"payments/b\": prefix must end with \"/\"",
 	}, got)
 }
@@ -219,14 +233,14 @@ func TestParseFileDuplicates(t *testing.T) {
 	require.Len(t, classes, 1)
 	require.Len(t, grants, 1) // same name, different kind: fine
 	require.Len(t, problems, 1)
-	require.Contains(t, problems[0].Error(), "d.yaml:12: LockClass payments/a: metadata.name: duplicate LockClass, first defined at line 1")
+	require.Contains(t, problems[0].Error(), "d.yaml:13: LockClass payments/a: metadata.name: duplicate LockClass, first defined at line 1")
 }
 
 func TestParseFileBadSeparator(t *testing.T) {
 	data := classYAML("a") + "--- # next\n" + classYAML("b")
 	_, _, problems := ParseFile("s.yaml", []byte(data), "payments", testNow)
 	require.NotEmpty(t, problems)
-	require.Equal(t, 11, problems[0].Line)
+	require.Equal(t, 12, problems[0].Line)
 	require.Contains(t, problems[0].Rule, `exactly "---"`)
 }
 
@@ -289,7 +303,7 @@ func TestLoadDirProblems(t *testing.T) {
 	require.Equal(t, []string{
 		`billing/e.yaml:5: LockClass payments/e: metadata.namespace: must equal the namespace folder "billing", got "payments"`,
 		`payments/a.yaml:9: LockClass payments/a: spec.ttl: must be between 5s and 300s, got 1s`,
-		`payments/b.yaml:21: LockClass payments/b2: spec.tier: must be one of entity, coord, got "x"`,
+		`payments/b.yaml:22: LockClass payments/b2: spec.tier: must be one of entity, coord, got "x"`,
 		`payments/c.yaml:1: LockClass payments/b: metadata.name: duplicate LockClass, first defined at ` + filepath.Join(dir, "payments", "b.yaml") + `:1`,
 		`payments/sub/d.yaml: must be directly inside a namespace folder; nested folders are not read`,
 		`root.yaml: must be inside a namespace folder`,

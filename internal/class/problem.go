@@ -106,6 +106,15 @@ const (
 	RuleTierRequired = "tier-required"
 	// RuleGrantNamespace: a grant's prefixes must be inside its namespace.
 	RuleGrantNamespace = "grant-namespace"
+	// RuleClassKeys: a class must list the key prefixes it owns
+	// (spec.keys), each inside its namespace and listed once; spec.nestedIn
+	// names other classes of the namespace.
+	RuleClassKeys = "class-keys"
+	// RuleKeyOwnership: a key has exactly one class. No two classes of a
+	// namespace claim the same prefix; a class whose prefix is inside
+	// another class's names that class in spec.nestedIn, and only such
+	// classes (see [CheckOwnership]).
+	RuleKeyOwnership = "key-ownership"
 
 	// RuleWaiverExpiring (review, warning): an advisory waiver lapses within
 	// WaiverWarning.
@@ -125,6 +134,6 @@ const (
 var Rules = []string{
 	RuleSchema, RuleLayout, RuleDuplicate, RuleNamespaceFolder, RuleTTLRange, RuleAdvisoryTTLFloor,
 	RuleAdvisoryRiskOwner, RuleAdvisoryWaiver, RuleQuorumLossOpen, RuleTierRequired,
-	RuleGrantNamespace,
+	RuleGrantNamespace, RuleClassKeys, RuleKeyOwnership,
 	RuleWaiverExpiring, RuleFencedPauseTest, RuleGrantOverlap, RuleCodeowners,
 }

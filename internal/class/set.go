@@ -11,10 +11,12 @@ type Set struct {
 	classes    map[string]map[string]*Class // namespace → name → class
 	grants     []Grant
 	namespaces []string
+	owners     map[string][]owned // namespace → prefixes, longest first
 }
 
 // NewSet builds a Set from classes and grants. It does not validate them:
-// use [LoadDir] or [ParseFile] for that. NewSet copies its arguments; a
+// use [LoadDir] or [ParseFile] for that (and [CheckOwnership] for classes
+// from elsewhere). NewSet copies its arguments; a
 // later class or grant with the same namespace and name replaces an earlier
 // one. The namespaces of the set are those of its classes and grants.
 func NewSet(classes []*Class, grants []Grant) *Set {
@@ -27,6 +29,7 @@ func NewSet(classes []*Class, grants []Grant) *Set {
 			s.classes[c.Namespace] = byName
 		}
 		cp := *c
+		cp.Keys, cp.NestedIn = slices.Clone(c.Keys), slices.Clone(c.NestedIn)
 		byName[c.Name] = &cp
 		ns[c.Namespace] = true
 	}
@@ -47,6 +50,7 @@ func NewSet(classes []*Class, grants []Grant) *Set {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	s.owners = ownersOf(s.classes)
 	for n := range ns {
 		s.namespaces = append(s.namespaces, n)
 	}

@@ -23,6 +23,9 @@ type Report struct {
 	// Changes are the classes added, removed or changed, by namespace and
 	// name.
 	Changes []Change `json:"changes"`
+	// Rehomes are the keys that change tier or quorum-loss posture, or
+	// lose their class, by namespace and prefix ([Rehomes]).
+	Rehomes []Rehome `json:"rehomes"`
 	// Notes say what was assumed (no data in Prometheus, a fallback base)
 	// or left out (classes that could not be read).
 	Notes []string `json:"notes"`
@@ -42,9 +45,10 @@ type Options struct {
 }
 
 // Compare loads the class directory at the base ref and in the work tree,
-// and prices the classes that differ with the load Prometheus reports. It
-// reads classes even when they break a rule lockd enforces (a lapsed
-// waiver): the review is about what the change costs.
+// prices the classes that differ with the load Prometheus reports and
+// finds the keys that change tier or posture ([Rehomes]). It reads classes
+// even when they break a rule lockd enforces (a lapsed waiver): the review
+// is about what the change costs.
 // An unreachable Prometheus is an error; a namespace it has no data for is
 // priced at zero and named in Notes.
 func Compare(ctx context.Context, o Options) (*Report, error) {
@@ -56,48 +60,69 @@ func Compare(ctx context.Context, o Options) (*Report, error) {
 		}
 		src = p
 	}
+	t, err := readTrees(ctx, o.Dir, o.Base)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Estimate(ctx, t.before, t.after, src)
+	if err != nil {
+		return nil, err
+	}
+	r.Dir, r.Base, r.Prometheus = o.Dir, t.base, o.Prometheus
+	r.Notes = append(t.notes, r.Notes...)
+	return r, nil
+}
+
+// trees are the classes of a class directory at a git base and in the work
+// tree.
+type trees struct {
+	base          Base
+	before, after []*class.Class
+	// notes say which base was used when it is not the one asked for, and
+	// that classes the work tree could not read are left out.
+	notes []string
+}
+
+// readTrees reads the class directory dir at the base ref (empty: the
+// default, with fallbacks) and in the work tree. It reads classes even when
+// they break a rule lockd enforces (a lapsed waiver): the review is about
+// what the change does.
+func readTrees(ctx context.Context, dir, ref string) (*trees, error) {
 	tmp, err := os.MkdirTemp("", "class-lint-base-")
 	if err != nil {
 		return nil, fmt.Errorf("cost: temp dir for the base classes: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 
-	base, baseDir, err := checkoutBase(ctx, o.Dir, o.Base, tmp)
+	base, baseDir, err := checkoutBase(ctx, dir, ref, tmp)
 	if err != nil {
 		return nil, err
 	}
-	var before []*class.Class
+	t := &trees{base: base}
 	if baseDir != "" {
-		if before, _, err = load(baseDir); err != nil {
+		if t.before, _, err = load(baseDir); err != nil {
 			return nil, fmt.Errorf("cost: classes at %s: %w", base.Ref, err)
 		}
 	}
-	after, problems, err := load(o.Dir)
-	if err != nil {
+	var problems int
+	if t.after, problems, err = load(dir); err != nil {
 		return nil, err
 	}
-	r, err := Estimate(ctx, before, after, src)
-	if err != nil {
-		return nil, err
-	}
-	r.Dir, r.Base, r.Prometheus = o.Dir, base, o.Prometheus
-	var first []string
 	if base.Note != "" {
-		first = append(first, base.Note)
+		t.notes = append(t.notes, base.Note)
 	}
 	if problems > 0 {
-		first = append(first, fmt.Sprintf("%s has %d problem(s) (run class-lint check %s); classes that could not be read are left out",
-			o.Dir, problems, o.Dir))
+		t.notes = append(t.notes, fmt.Sprintf("%s has %d problem(s) (run class-lint check %s); classes that could not be read are left out",
+			dir, problems, dir))
 	}
-	r.Notes = append(first, r.Notes...)
-	return r, nil
+	return t, nil
 }
 
 // Estimate prices the difference between the classes before and after with
 // the load src reports. The report's Dir, Base and Prometheus are left for
 // the caller.
 func Estimate(ctx context.Context, before, after []*class.Class, src Source) (*Report, error) {
-	r := &Report{DetectionSeconds: Detection.Seconds(), Changes: Diff(before, after)}
+	r := &Report{DetectionSeconds: Detection.Seconds(), Changes: Diff(before, after), Rehomes: Rehomes(before, after)}
 	notes, err := Price(ctx, r.Changes, src)
 	if err != nil {
 		return nil, err

@@ -11,12 +11,13 @@ import (
 	"github.com/lockd-dev/lockd/internal/gittest"
 )
 
-// classYAML is a LockClass document with ttl and tier entity: a fenced
-// correctness class, or the spec lines given.
+// classYAML is a LockClass document owning the keys under ns/name/, with
+// ttl and tier entity: a fenced correctness class, or the spec lines given.
 func classYAML(ns, name, ttl string, extra ...string) string {
-	spec := []string{"purpose: correctness", "enforcement: fenced", "ttl: " + ttl, "tier: entity", "resource: db"}
+	keys := fmt.Sprintf("keys: [%s/%s/]", ns, name)
+	spec := []string{keys, "purpose: correctness", "enforcement: fenced", "ttl: " + ttl, "tier: entity", "resource: db"}
 	if len(extra) > 0 {
-		spec = append([]string{"tier: entity", "ttl: " + ttl}, extra...)
+		spec = append([]string{keys, "tier: entity", "ttl: " + ttl}, extra...)
 	}
 	return fmt.Sprintf("apiVersion: locks.lockd.dev/v1alpha1\nkind: LockClass\nmetadata: {name: %s, namespace: %s}\nspec:\n  %s\n",
 		name, ns, strings.Join(spec, "\n  "))

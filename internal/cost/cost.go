@@ -233,7 +233,17 @@ func diffFields(b, a *class.Class) []FieldChange {
 	add("resourceSchemaVersion", b.ResourceSchemaVersion, a.ResourceSchemaVersion)
 	add("riskOwner", b.RiskOwner, a.RiskOwner)
 	add("waiverExpires", date(b.WaiverExpires), date(a.WaiverExpires))
+	add("keys", list(b.Keys), list(a.Keys))
+	add("nestedIn", list(b.NestedIn), list(a.NestedIn))
 	return out
+}
+
+// list is a YAML flow list, "" when empty.
+func list(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return "[" + strings.Join(s, ", ") + "]"
 }
 
 func orNone(s string) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,8 @@ func TestDiffSeesEverySpecField(t *testing.T) {
 				*x += time.Second
 			case *time.Time:
 				*x = x.Add(24 * time.Hour)
+			case *[]string:
+				*x = append(slices.Clone(*x), "t/changed/")
 			default:
 				require.Equal(t, reflect.String, v.Kind(), "teach this test to change a %s", v.Type())
 				v.SetString(v.String() + "-changed")
@@ -285,20 +288,23 @@ func TestPriceSourceError(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 }
 
-// goldenReport has one change of every kind, a durable class, a risk and
-// a namespace without data.
+// goldenReport has one change of every kind, a durable class, a risk, a
+// namespace without data and a move of every kind: keys that change tier,
+// keys whose class turns open on quorum loss, and keys left without a
+// class.
 func goldenReport(t *testing.T) *Report {
+	keys := func(k ...string) func(*class.Class) { return func(c *class.Class) { c.Keys = k } }
 	base := []*class.Class{
-		cls("payments", "ledger-writes", 15*time.Second),
-		cls("payments", "report-export", 60*time.Second, advisory),
-		cls("payments", "old-batch", 120*time.Second),
-		cls("platform", "jobs", 15*time.Second),
+		cls("payments", "ledger-writes", 15*time.Second, keys("payments/ledger/")),
+		cls("payments", "report-export", 60*time.Second, advisory, keys("payments/reports/")),
+		cls("payments", "old-batch", 120*time.Second, keys("payments/batch/")),
+		cls("platform", "jobs", 15*time.Second, keys("platform/jobs/")),
 	}
 	head := []*class.Class{
-		cls("payments", "ledger-writes", 30*time.Second, func(c *class.Class) { c.Resource = "ledger|v2" }),
-		cls("payments", "report-export", 30*time.Second, advisory),
-		cls("platform", "jobs", 15*time.Second, durableFairness),
-		cls("search", "reindex", 45*time.Second),
+		cls("payments", "ledger-writes", 30*time.Second, keys("payments/ledger/"), func(c *class.Class) { c.Resource = "ledger|v2" }),
+		cls("payments", "report-export", 30*time.Second, advisory, keys("payments/reports/"), func(c *class.Class) { c.OnQuorumLoss = class.QuorumLossOpen }),
+		cls("platform", "jobs", 15*time.Second, durableFairness, keys("platform/jobs/"), func(c *class.Class) { c.Tier = class.TierCoord }),
+		cls("search", "reindex", 45*time.Second, keys("search/")),
 	}
 	src := &fakeSource{t: t,
 		sessions: map[string]float64{"payments": 1200, "platform": 40},

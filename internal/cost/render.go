@@ -97,6 +97,17 @@ func (r *Report) risks() []string {
 	return out
 }
 
+// rehomeMessages are the rehomes' messages, in order.
+func (r *Report) rehomeMessages() []string { return rehomeMessages(r.Rehomes) }
+
+func rehomeMessages(rs []Rehome) []string {
+	var out []string
+	for _, rh := range rs {
+		out = append(out, rh.Messages...)
+	}
+	return out
+}
+
 func (r *Report) formulas() []string {
 	out := []string{keepaliveFormula, livenessFormula()}
 	if r.hasDurable() {
@@ -140,6 +151,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  - %s\n", it)
 		}
 	}
+	list("Rehomes", r.rehomeMessages())
 	list("Risks", r.risks())
 	list("Notes", r.Notes)
 	if len(r.Changes) > 0 {
@@ -162,10 +174,34 @@ var markdownTemplate string
 
 var markdown = template.Must(template.New("cost.md").Funcs(template.FuncMap{"cell": cell}).Parse(markdownTemplate))
 
-// Markdown renders the report as a section of a pull-request comment: a
-// diff table with + / − / ~ marks, risks, notes and the formulas.
+//go:embed templates/rehome.md.tmpl
+var rehomeTemplate string
+
+var rehomeMarkdown = template.Must(template.New("rehome.md").Parse(rehomeTemplate))
+
+// rehomeSection is the markdown section listing rehomes, with notes when
+// it stands alone (without the cost section, which shows them).
+func rehomeSection(dir string, base Base, rs []Rehome, notes []string) string {
+	var b strings.Builder
+	data := struct {
+		Dir     string
+		Base    Base
+		Rehomes []Rehome
+		Notes   []string
+	}{dir, base, rs, notes}
+	if err := rehomeMarkdown.Execute(&b, data); err != nil {
+		// The template is fixed and its data always fits it.
+		panic(fmt.Sprintf("cost: render markdown: %v", err))
+	}
+	return b.String()
+}
+
+// Markdown renders the report as two sections of a pull-request comment:
+// the rehomes, then the renewal cost (a diff table with + / − / ~ marks,
+// risks, notes and the formulas).
 func (r *Report) Markdown() string {
 	var b strings.Builder
+	b.WriteString(rehomeSection(r.Dir, r.Base, r.Rehomes, nil))
 	data := struct {
 		*Report
 		Rows     []row
@@ -183,4 +219,10 @@ func (r *Report) Markdown() string {
 // cell escapes a value for a markdown table cell.
 func cell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
+
+// Markdown renders the report as a section of a pull-request comment, the
+// same as the first section of [Report.Markdown], with the notes.
+func (r *RehomeReport) Markdown() string {
+	return rehomeSection(r.Dir, r.Base, r.Rehomes, r.Notes)
 }

@@ -39,7 +39,7 @@ func TestRunPassesWithAFence(t *testing.T) {
 	t.Parallel()
 	env := lockdtest.Start(t, lockdtest.Options{})
 	var progress bytes.Buffer
-	cfg := testConfig(env, "t/pt-pass", fileFence(t, true))
+	cfg := testConfig(env, "t/fast/pt-pass", fileFence(t, true))
 	cfg.Progress = &progress
 	start := time.Now()
 	rep, err := Run(t.Context(), cfg)
@@ -54,7 +54,7 @@ func TestRunPassesWithAFence(t *testing.T) {
 	require.True(t, tk.C < tk.AFirst && tk.AFirst < tk.A && tk.A < tk.B, "%+v", tk)
 	require.Equal(t, ClassInfo{Namespace: "t", Name: "fast", Enforcement: "fenced", TTLSeconds: 5, Resource: "test-db"}, rep.Class)
 	require.Equal(t, "test-db", rep.Resource)
-	require.Equal(t, "t/pt-pass-2", rep.OtherKey)
+	require.Equal(t, "t/fast/pt-pass-2", rep.OtherKey)
 	require.Contains(t, rep.Message, "rejected the paused holder's write")
 
 	res, ok := rep.Result()
@@ -70,7 +70,7 @@ func TestRunPassesWithAFence(t *testing.T) {
 
 	// Every hold of the test is gone.
 	lock, _ := env.Raw(t, lockdtest.Bob)
-	for _, k := range []string{"t/pt-pass", "t/pt-pass-2"} {
+	for _, k := range []string{"t/fast/pt-pass", "t/fast/pt-pass-2"} {
 		got, err := lock.Inspect(t.Context(), inspectReq(k))
 		require.NoError(t, err)
 		require.False(t, got.GetHeld(), "%s still held", k)
@@ -80,7 +80,7 @@ func TestRunPassesWithAFence(t *testing.T) {
 func TestRunFailsCheckThenWrite(t *testing.T) {
 	t.Parallel()
 	env := lockdtest.Start(t, lockdtest.Options{})
-	rep, err := Run(t.Context(), testConfig(env, "t/pt-ctw", fileFence(t, false)))
+	rep, err := Run(t.Context(), testConfig(env, "t/fast/pt-ctw", fileFence(t, false)))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeFail, rep.Outcome)
 	require.Contains(t, rep.Message, "the resource accepted the paused holder's write with its old token")
@@ -97,7 +97,7 @@ func TestRunFailsCheckThenWrite(t *testing.T) {
 func TestRunFailsWhenTheWritePathIsBroken(t *testing.T) {
 	t.Parallel()
 	env := lockdtest.Start(t, lockdtest.Options{})
-	rep, err := Run(t.Context(), testConfig(env, "t/pt-broken", Spec{Write: "echo 'psql: connection refused' >&2; exit 2", Read: "true"}))
+	rep, err := Run(t.Context(), testConfig(env, "t/fast/pt-broken", Spec{Write: "echo 'psql: connection refused' >&2; exit 2", Read: "true"}))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeFail, rep.Outcome)
 	require.Contains(t, rep.Message, "the resource rejected the first holder's write")
@@ -112,29 +112,29 @@ func TestRunSetupErrors(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	spec := Spec{Write: "true", Read: "true"}
 
-	cfg := testConfig(env, "t/x", spec)
+	cfg := testConfig(env, "t/fast/x", spec)
 	cfg.Class = "nope"
 	_, err := Run(t.Context(), cfg)
 	require.ErrorContains(t, err, "pausetest: class t/nope")
 
-	cfg = testConfig(env, "t/x", spec)
+	cfg = testConfig(env, "t/fast/x", spec)
 	cfg.ResourceName = "other-db"
 	_, err = Run(t.Context(), cfg)
 	require.ErrorContains(t, err, `guards resource "test-db", not "other-db"`)
 
-	cfg = testConfig(env, "other/x", spec)
+	cfg = testConfig(env, "other/cache/x", spec)
 	cfg.Class = "cache" // advisory, names no resource
 	cfg.Context.InsecureIdentity = "spiffe://test.local/other"
 	_, err = Run(t.Context(), cfg)
 	require.ErrorContains(t, err, "names no spec.resource")
 
-	cfg = testConfig(env, "t/x", spec)
+	cfg = testConfig(env, "t/fast/x", spec)
 	cfg.Context.InsecureIdentity = lockdtest.Carol // granted t/carol/ only
 	_, err = Run(t.Context(), cfg)
-	require.ErrorContains(t, err, "pausetest: holder C cannot lock t/x-2")
+	require.ErrorContains(t, err, "pausetest: holder C cannot lock t/fast/x-2")
 	require.Equal(t, codes.PermissionDenied, status.Code(err), "the gRPC status survives for lockctl's exit code")
 
-	cfg = testConfig(env, "t/x", Spec{Write: "true"})
+	cfg = testConfig(env, "t/fast/x", Spec{Write: "true"})
 	_, err = Run(t.Context(), cfg)
 	require.ErrorContains(t, err, "needs a read command")
 }
@@ -142,7 +142,7 @@ func TestRunSetupErrors(t *testing.T) {
 func TestHolderNotHooked(t *testing.T) {
 	t.Parallel()
 	env := lockdtest.Start(t, lockdtest.Options{})
-	cfg := testConfig(env, "t/pt-nohook", Spec{Write: "true", Read: "true"})
+	cfg := testConfig(env, "t/fast/pt-nohook", Spec{Write: "true", Read: "true"})
 	cfg.Executable = "/bin/echo" // prints its (empty) arguments, not events
 	rep, err := Run(t.Context(), cfg)
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestHolderNotHooked(t *testing.T) {
 func TestHolderExitingBeforeItsTaskFailsTheHolderStep(t *testing.T) {
 	t.Parallel()
 	env := lockdtest.Start(t, lockdtest.Options{})
-	cfg := testConfig(env, "t/pt-gone", Spec{Write: "true", Read: "true"})
+	cfg := testConfig(env, "t/fast/pt-gone", Spec{Write: "true", Read: "true"})
 	cfg.Executable = "/bin/true"
 	cfg.holderStarted = func(h *holderProc) { <-h.exitCh }
 	rep, err := Run(t.Context(), cfg)
@@ -171,11 +171,11 @@ func TestRunRefusesAClassOpenOnQuorumLoss(t *testing.T) {
 	classes["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: cache, namespace: t}
-spec: {purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity, onQuorumLoss: open, resource: test-db,
+spec: {keys: ["t/open/"], nestedIn: [std], purpose: efficiency, enforcement: advisory, ttl: 30s, tier: entity, onQuorumLoss: open, resource: test-db,
   riskOwner: cache-team, waiverExpires: "2099-01-01"}
 `
 	env := lockdtest.Start(t, lockdtest.Options{Classes: classes})
-	cfg := testConfig(env, "t/pt-open", fileFence(t, true))
+	cfg := testConfig(env, "t/open/pt-open", fileFence(t, true))
 	cfg.Class = "cache"
 	_, err := Run(t.Context(), cfg)
 	require.ErrorIs(t, err, ErrOpenClass)

@@ -43,6 +43,8 @@ const (
 	ReasonInternal        = "INTERNAL"
 	ReasonHistoryOff      = "HISTORY_OFF"
 	ReasonNoQuorumSession = "NO_QUORUM_SESSION"
+	ReasonClassMismatch   = "CLASS_MISMATCH"
+	ReasonNoClass         = "NO_CLASS"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -82,6 +84,8 @@ var errorTable = []struct {
 	{arbiter.ErrInternal, codes.Internal, ReasonInternal},
 	{ErrHistoryOff, codes.FailedPrecondition, ReasonHistoryOff},
 	{arbiter.ErrNoQuorumSession, codes.FailedPrecondition, ReasonNoQuorumSession},
+	{arbiter.ErrClassMismatch, codes.FailedPrecondition, ReasonClassMismatch},
+	{arbiter.ErrNoClass, codes.FailedPrecondition, ReasonNoClass},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -244,6 +245,7 @@ func ClassProto(c *class.Class) *lockv1.LockClass {
 		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(c.Enforcement),
 		Ttl: durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
 		Fairness: string(c.Fairness), Resource: c.Resource, RiskOwner: c.RiskOwner,
+		Keys: slices.Clone(c.Keys), NestedIn: slices.Clone(c.NestedIn),
 	}
 	if !c.WaiverExpires.IsZero() {
 		pc.WaiverExpires = timestamppb.New(c.WaiverExpires)
@@ -296,7 +298,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	return &lockv1.AcquireResponse{
 		Token:       &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
 		AcquiredAt:  timestamppb.New(g.AcquiredAt),
-		Unprotected: g.Unprotected, ArbiterId: g.Arbiter, SpoolSeq: g.SpoolSeq,
+		Unprotected: g.Unprotected, ArbiterId: g.Arbiter, SpoolSeq: g.SpoolSeq, Class: g.Class,
 	}, nil
 }
 
@@ -336,7 +338,7 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters)}
+	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters), Class: in.Class}
 	if in.Held {
 		resp.Hold = holdProto(in.Hold)
 		// Only Inspect reads the lease (ListHolds leaves it unset); zero

@@ -150,7 +150,10 @@ type Client struct {
 	mu       sync.Mutex
 	sessions map[slot]*session        // by TTL, and whether opened for unprotected grants
 	classTTL map[string]time.Duration // "ns/name" -> TTL
-	closed   bool
+	// nsClasses are the classes of a namespace as lockd listed them, for
+	// the TTL of a key acquired without a class (lockd decides the class).
+	nsClasses map[string][]*lockv1.LockClass
+	closed    bool
 }
 
 // New connects to lockd. Nothing is sent until the first call.
@@ -189,7 +192,7 @@ func New(opts ...Option) (*Client, error) {
 	c := &Client{
 		conn: conn, lock: lockv1.NewLockServiceClient(conn), admin: lockv1.NewAdminServiceClient(conn),
 		log: o.log, now: o.now, ctx: ctx, cancel: cancel, tracer: tp.Tracer(tracerName),
-		sessions: map[slot]*session{}, classTTL: map[string]time.Duration{},
+		sessions: map[slot]*session{}, classTTL: map[string]time.Duration{}, nsClasses: map[string][]*lockv1.LockClass{},
 	}
 	c.ka = newKeepalives(c)
 	return c, nil
@@ -281,10 +284,14 @@ const leakPoll = time.Second
 // when the caller's context has no earlier deadline: every call is bounded.
 const acquireSlack = 10 * time.Second
 
-// Acquire takes key under class. onFence is required: it runs (once, on its
-// own goroutine) when the lock is lost by expiry, force-release, an epoch
-// advance or at the local deadline, and the holder must stop acting on the
-// guarded resource.
+// Acquire takes key. Its class is the key's own, decided in review (the
+// class of the key's namespace owning the longest prefix of it): pass ""
+// for class, or name that class ("name" or "namespace/name") to have lockd
+// refuse with ErrClassMismatch if the key belongs to another. Lock.Class
+// says which class the key was granted under. onFence is required: it runs
+// (once, on its own goroutine) when the lock is lost by expiry,
+// force-release, an epoch advance or at the local deadline, and the holder
+// must stop acting on the guarded resource.
 //
 // Acquiring a key this client already holds in the same session returns a
 // new *Lock for the same hold without calling lockd; the hold ends at lockd
@@ -413,7 +420,7 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 		case !retried && errors.Is(err, ErrSessionNotFound):
 			s.lose(ErrExpired, true) // the session is gone at lockd: open another
 		case !retried && errors.Is(err, ErrSessionTTL):
-			c.forgetClass(key, class) // the class TTL changed: look it up again
+			c.forgetClass(key, class) // the class TTL (or the key's class) changed: look it up again
 			if ttl, err = c.ttlOf(ctx, key, class); err != nil {
 				return nil, err
 			}
@@ -498,12 +505,21 @@ func classRef(key, class string) string {
 
 func (c *Client) forgetClass(key, class string) {
 	c.mu.Lock()
-	delete(c.classTTL, classRef(key, class))
+	if class == "" {
+		ns, _, _ := strings.Cut(key, "/")
+		delete(c.nsClasses, ns)
+	} else {
+		delete(c.classTTL, classRef(key, class))
+	}
 	c.mu.Unlock()
 }
 
-// ttlOf returns the class TTL, asking lockd once per class.
+// ttlOf returns the TTL of the class key is acquired under, asking lockd
+// once per class (once per namespace for a key acquired without a class).
 func (c *Client) ttlOf(ctx context.Context, key, class string) (time.Duration, error) {
+	if class == "" {
+		return c.keyTTL(ctx, key)
+	}
 	ref := classRef(key, class)
 	c.mu.Lock()
 	ttl, ok := c.classTTL[ref]
@@ -521,6 +537,59 @@ func (c *Client) ttlOf(ctx context.Context, key, class string) (time.Duration, e
 	c.classTTL[ref] = ttl
 	c.mu.Unlock()
 	return ttl, nil
+}
+
+// keyTTL is the TTL of key's own class: the class of its namespace owning
+// the longest prefix of it, from lockd's list of the namespace's classes
+// (asked once, and again when a TTL no longer matches). It is only the TTL
+// of the session to acquire on: lockd decides the class. When no class
+// owns key even in a fresh list, lockd is asked to refuse the key, so the
+// caller gets its answer (NO_CLASS, or DENIED for a key it may not lock).
+func (c *Client) keyTTL(ctx context.Context, key string) (time.Duration, error) {
+	ns, _, _ := strings.Cut(key, "/")
+	for fresh := false; ; fresh = true {
+		c.mu.Lock()
+		list, ok := c.nsClasses[ns]
+		c.mu.Unlock()
+		if !ok || fresh {
+			resp, err := c.lock.ListClasses(ctx, &lockv1.ListClassesRequest{Namespace: ns})
+			if err != nil {
+				return 0, decode(err)
+			}
+			list = resp.GetClasses()
+			c.mu.Lock()
+			c.nsClasses[ns] = list
+			c.mu.Unlock()
+		}
+		if owner := ownerOf(list, key); owner != nil {
+			return owner.GetTtl().AsDuration(), nil
+		}
+		if fresh || !ok {
+			break
+		}
+	}
+	// No session is read before the key's class is checked: lockd answers
+	// this with its refusal of the key, and nothing is granted.
+	_, err := c.lock.Acquire(ctx, &lockv1.AcquireRequest{Key: key})
+	if err = decode(err); err == nil || !Definite(err) || errors.Is(err, ErrSessionNotFound) {
+		// A class owns it by now, or lockd did not answer: say what is known.
+		return 0, fmt.Errorf("%w: lockd listed no class of namespace %s owning %s (%v)", ErrNoClass, ns, key, err)
+	}
+	return 0, err
+}
+
+// ownerOf is the class in list owning the longest prefix of key, or nil.
+func ownerOf(list []*lockv1.LockClass, key string) *lockv1.LockClass {
+	var best *lockv1.LockClass
+	n := -1
+	for _, c := range list {
+		for _, p := range c.GetKeys() {
+			if len(p) > n && strings.HasPrefix(key, p) {
+				best, n = c, len(p)
+			}
+		}
+	}
+	return best
 }
 
 // ValidateToken asks lockd whether tok is the current grant's token for

@@ -94,7 +94,7 @@ func TestStalledKeepAlivePathFencesBeforeServerExpiry(t *testing.T) {
 	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
 
 	fenced := make(chan time.Time, 1)
-	l, err := c.Acquire(t.Context(), "t/stall", "fast", func(*client.Lock) { fenced <- time.Now() })
+	l, err := c.Acquire(t.Context(), "t/fast/stall", "fast", func(*client.Lock) { fenced <- time.Now() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestStalledKeepAlivePathFencesBeforeServerExpiry(t *testing.T) {
 	expired := make(chan time.Time, 1)
 	wctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	wch := env.Backend.Client.Watch(wctx, "/l/t/stall", clientv3.WithFilterPut())
+	wch := env.Backend.Client.Watch(wctx, "/l/t/fast/stall", clientv3.WithFilterPut())
 	go func() {
 		for resp := range wch {
 			if len(resp.Events) > 0 {
@@ -209,7 +209,7 @@ func TestEpochAdvanceLosesOldHolds(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	c := env.Client(t, lockdtest.Alice)
 	fenced := make(chan error, 1)
-	l, err := c.Acquire(t.Context(), "t/epoch", "fast", func(l *client.Lock) { fenced <- l.Err() })
+	l, err := c.Acquire(t.Context(), "t/fast/epoch", "fast", func(l *client.Lock) { fenced <- l.Err() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestKeepAliveRecoversAfterTheStreamBreaks(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	proxy := newStallProxy(t, env.Addr)
 	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
-	l, err := c.Acquire(t.Context(), "t/recover", "fast", func(*client.Lock) {})
+	l, err := c.Acquire(t.Context(), "t/fast/recover", "fast", func(*client.Lock) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,5 +292,32 @@ func TestClockStepForwardFencesAtOnce(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("onFence did not run after the clock stepped past the deadline")
+	}
+}
+
+// TestReentrantAcquireNamingAnotherClassIsRefused: re-entering a held key
+// shares its hold, which has the class lockd granted it under; naming
+// another class is refused as lockd refuses it (CLASS_MISMATCH, definite),
+// also for a class of the same TTL, whose session the hold is on.
+func TestReentrantAcquireNamingAnotherClassIsRefused(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	c := env.Client(t, lockdtest.Alice)
+	l, err := c.Acquire(t.Context(), "t/fast/re", "", func(*client.Lock) {})
+	if err != nil || l.Class() != "t/fast" {
+		t.Fatalf("acquire: %v (class %v)", err, l)
+	}
+	for _, class := range []string{"fifo", "std"} { // fifo: 5s like fast; std: 15s
+		_, err := c.Acquire(t.Context(), "t/fast/re", class, func(*client.Lock) {})
+		if !errors.Is(err, client.ErrClassMismatch) || client.Reason(err) != "CLASS_MISMATCH" || !client.Definite(err) {
+			t.Errorf("re-entry naming %s: %v; want a definite CLASS_MISMATCH", class, err)
+		}
+	}
+	for _, class := range []string{"", "fast", "t/fast"} {
+		again, err := c.Acquire(t.Context(), "t/fast/re", class, func(*client.Lock) {})
+		if err != nil || again.Token() != l.Token() {
+			t.Errorf("re-entry naming %q: %v; want the same hold", class, err)
+			continue
+		}
+		_ = again.Release(t.Context())
 	}
 }

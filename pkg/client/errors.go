@@ -124,6 +124,13 @@ var (
 	ErrNoQuorumSession = errors.New("client: lockd has no quorum and grants this class only on a session opened without quorum")
 	// ErrHistoryOff: the lockd asked serves no audit history.
 	ErrHistoryOff = errors.New("client: the audit history is off on this lockd")
+	// ErrClassMismatch: the Acquire named a class that does not own the
+	// key. A key's class is decided in review; the message names it. Leave
+	// the class out ("") to use it.
+	ErrClassMismatch = errors.New("client: the class named does not own the key")
+	// ErrNoClass: no class owns the key, so it cannot be locked until a
+	// class of its namespace lists a prefix of it.
+	ErrNoClass = errors.New("client: no class owns the key")
 )
 
 // reasonDomain is the ErrorInfo domain of lockd's reasons.
@@ -156,6 +163,8 @@ var reasons = map[string][]error{
 	"INTERNAL":          {ErrInternal},
 	"HISTORY_OFF":       {ErrHistoryOff},
 	"NO_QUORUM_SESSION": {ErrNoQuorumSession},
+	"CLASS_MISMATCH":    {ErrClassMismatch},
+	"NO_CLASS":          {ErrNoClass},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is

@@ -34,18 +34,18 @@ func crashedHolder(t *testing.T, env *lockdtest.Env, id, key string) int64 {
 // then holds the key, told once what it waited for.
 func TestWaitOutLeakTakesTheKeyOnceTheCrashedSessionLapses(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
-	crashed := crashedHolder(t, env, lockdtest.Alice, "t/restart")
+	crashed := crashedHolder(t, env, lockdtest.Alice, "t/fast/restart")
 	c := env.Client(t, lockdtest.Alice)
 
 	// Without the option the refusal is immediate.
-	if _, err := c.Acquire(t.Context(), "t/restart", "fast", func(*client.Lock) {}, client.Wait(10*time.Second)); !errors.Is(err, client.ErrLeak) {
+	if _, err := c.Acquire(t.Context(), "t/fast/restart", "fast", func(*client.Lock) {}, client.Wait(10*time.Second)); !errors.Is(err, client.ErrLeak) {
 		t.Fatalf("acquire without WaitOutLeak: %v; want ErrLeak at once", err)
 	}
 
 	var mu sync.Mutex
 	var told []client.LeakedHold
 	start := time.Now()
-	l, err := c.Acquire(t.Context(), "t/restart", "fast", func(*client.Lock) {},
+	l, err := c.Acquire(t.Context(), "t/fast/restart", "fast", func(*client.Lock) {},
 		client.Wait(15*time.Second), client.WaitOutLeak(func(h client.LeakedHold) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -61,7 +61,7 @@ func TestWaitOutLeakTakesTheKeyOnceTheCrashedSessionLapses(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(told) != 1 || told[0].Session != crashed || told[0].Key != "t/restart" {
+	if len(told) != 1 || told[0].Session != crashed || told[0].Key != "t/fast/restart" {
 		t.Fatalf("told %+v; want once, session %d", told, crashed)
 	}
 	if told[0].SessionTTLLeft <= 0 || told[0].SessionTTLLeft > 5*time.Second {
@@ -77,14 +77,14 @@ func TestWaitOutLeakTakesTheKeyOnceTheCrashedSessionLapses(t *testing.T) {
 func TestWaitOutLeakTimesOutWhileTheOtherSessionLives(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	first := env.Client(t, lockdtest.Alice)
-	l1, err := first.Acquire(t.Context(), "t/twice", "fast", func(*client.Lock) {})
+	l1, err := first.Acquire(t.Context(), "t/fast/twice", "fast", func(*client.Lock) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = l1.Release(t.Context()) }()
 	second := env.Client(t, lockdtest.Alice)
 	start := time.Now()
-	_, err = second.Acquire(t.Context(), "t/twice", "fast", func(*client.Lock) {},
+	_, err = second.Acquire(t.Context(), "t/fast/twice", "fast", func(*client.Lock) {},
 		client.Wait(7*time.Second), client.WaitOutLeak(nil))
 	if !errors.Is(err, client.ErrWaitTimeout) || !errors.Is(err, client.ErrLeak) {
 		t.Fatalf("second process, same identity, first alive: %v; want ErrWaitTimeout and ErrLeak", err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lockd-dev/lockd/internal/tracing"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -57,7 +59,8 @@ type Lock struct {
 // Key is the locked key.
 func (l *Lock) Key() string { return l.h.key }
 
-// Class is the class the lock was acquired under.
+// Class is the class the key was granted under ("namespace/name"): the
+// key's class, decided in review, when lockd granted it.
 func (l *Lock) Class() string { return l.h.class }
 
 // Token is the fencing token: present it on every write to the guarded
@@ -286,6 +289,13 @@ func (s *session) enter(ctx context.Context, key, class string, onFence func(*Lo
 			s.mu.Unlock()
 			s.checkDeadline()
 			continue
+		case h.state == held && class != "" && h.class != "" && classRef(key, class) != h.class:
+			// Re-entering shares the hold, which is of the class lockd
+			// granted it under: another class is refused as lockd would.
+			held := h.class
+			s.mu.Unlock()
+			return nil, nil, &Error{Reason: "CLASS_MISMATCH", err: status.Errorf(codes.FailedPrecondition,
+				"client: class mismatch: %s is held by this client under class %s, not %s; leave the class out to re-enter it", key, held, classRef(key, class))}
 		case h.state == held:
 			l := s.newLockLocked(h, onFence)
 			s.mu.Unlock()
@@ -317,6 +327,9 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*L
 	tok := resp.GetToken()
 	s.mu.Lock()
 	h.token, h.unprotected, h.arbiter, h.spoolSeq = tok, resp.GetUnprotected(), resp.GetArbiterId(), resp.GetSpoolSeq()
+	if c := resp.GetClass(); c != "" {
+		h.class = c
+	}
 	l := s.newLockLocked(h, onFence)
 	lost := s.lost
 	switch {
@@ -452,7 +465,7 @@ func (s *session) resolveAcquire(h *hold) {
 	var last error
 	for s.alive() && time.Now().Before(giveUp) {
 		ctx, cancel := context.WithTimeout(s.c.ctx, resolveAttemptTimeout)
-		resp, err := s.c.lock.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s.id, Key: h.key, Class: h.class})
+		resp, err := s.c.lock.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s.id, Key: h.key}) // the key's class: only its own hold matters
 		cancel()
 		err = decode(err)
 		switch {

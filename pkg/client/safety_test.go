@@ -71,11 +71,11 @@ func TestFenceFiresAtDeadlineWhileReconnectHangs(t *testing.T) {
 	proxy := proxyTo(t, env.Addr)
 	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
 	fenced := make(chan time.Time, 1)
-	l, err := c.Acquire(t.Context(), "t/hang", "fast", func(*client.Lock) { fenced <- time.Now() })
+	l, err := c.Acquire(t.Context(), "t/fast/hang", "fast", func(*client.Lock) { fenced <- time.Now() })
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone := watchHoldGone(t, env, "t/hang")
+	gone := watchHoldGone(t, env, "t/fast/hang")
 
 	broke := time.Now()
 	proxy.Hang()
@@ -94,7 +94,7 @@ func TestFenceFiresAtDeadlineWhileReconnectHangs(t *testing.T) {
 	// Another call on the client honours its context while reconnects hang.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	began := time.Now()
-	_, err = c.Acquire(ctx, "t/other", "fast", func(*client.Lock) {})
+	_, err = c.Acquire(ctx, "t/fast/other", "fast", func(*client.Lock) {})
 	cancel()
 	if took := time.Since(began); err == nil || took > 3*time.Second {
 		t.Fatalf("Acquire with a 1s context while reconnects hang: %v after %s", err, took)
@@ -166,11 +166,11 @@ func TestEveryReentrantAcquirerIsFenced(t *testing.T) {
 	fence := func(name string) func(*client.Lock) {
 		return func(*client.Lock) { mu.Lock(); ran[name] = true; mu.Unlock() }
 	}
-	outer, err := c.Acquire(t.Context(), "t/nested", "fast", fence("outer"))
+	outer, err := c.Acquire(t.Context(), "t/fast/nested", "fast", fence("outer"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, err := c.Acquire(t.Context(), "t/nested", "fast", fence("inner"))
+	inner, err := c.Acquire(t.Context(), "t/fast/nested", "fast", fence("inner"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestReleaseAfterContextCancelledStillReleasesTheHold(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	alice := env.Client(t, lockdtest.Alice)
 	ctx, cancel := context.WithCancel(t.Context())
-	l, err := alice.Acquire(ctx, "t/leaky", "fast", func(*client.Lock) {})
+	l, err := alice.Acquire(ctx, "t/fast/leaky", "fast", func(*client.Lock) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,9 +202,9 @@ func TestReleaseAfterContextCancelledStillReleasesTheHold(t *testing.T) {
 	bob := env.Client(t, lockdtest.Bob)
 	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer wcancel()
-	lb, err := bob.Acquire(wctx, "t/leaky", "fast", func(*client.Lock) {}, client.Wait(8*time.Second))
+	lb, err := bob.Acquire(wctx, "t/fast/leaky", "fast", func(*client.Lock) {}, client.Wait(8*time.Second))
 	if err != nil {
-		t.Fatalf("another holder could not take the key after the release: %v (hold still there: %v)", err, holdExists(t, env, "t/leaky"))
+		t.Fatalf("another holder could not take the key after the release: %v (hold still there: %v)", err, holdExists(t, env, "t/fast/leaky"))
 	}
 	select {
 	case <-l.Done():
@@ -226,7 +226,7 @@ func TestAcquireWithUnknownOutcomeDoesNotLeakTheHold(t *testing.T) {
 	proxy := proxyTo(t, env.Addr)
 	alice := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
 	// Open the session first, so the stall only hides the grant's answer.
-	warm, err := alice.Acquire(t.Context(), "t/warm", "fast", func(*client.Lock) {})
+	warm, err := alice.Acquire(t.Context(), "t/fast/warm", "fast", func(*client.Lock) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,21 +234,21 @@ func TestAcquireWithUnknownOutcomeDoesNotLeakTheHold(t *testing.T) {
 
 	proxy.Stall(tcpproxy.ToClient)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	_, err = alice.Acquire(ctx, "t/lost-answer", "fast", func(*client.Lock) {})
+	_, err = alice.Acquire(ctx, "t/fast/lost-answer", "fast", func(*client.Lock) {})
 	cancel()
 	if err == nil {
 		t.Fatal("Acquire succeeded although its answer was stalled")
 	}
-	if !holdExists(t, env, "t/lost-answer") {
+	if !holdExists(t, env, "t/fast/lost-answer") {
 		t.Fatal("setup: lockd did not grant the hold whose answer was lost")
 	}
 	proxy.Resume()
 	bob := env.Client(t, lockdtest.Bob)
 	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer wcancel()
-	lb, err := bob.Acquire(wctx, "t/lost-answer", "fast", func(*client.Lock) {}, client.Wait(8*time.Second))
+	lb, err := bob.Acquire(wctx, "t/fast/lost-answer", "fast", func(*client.Lock) {}, client.Wait(8*time.Second))
 	if err != nil {
-		t.Fatalf("the hold of the unknown acquire was never released: %v (hold still there: %v)", err, holdExists(t, env, "t/lost-answer"))
+		t.Fatalf("the hold of the unknown acquire was never released: %v (hold still there: %v)", err, holdExists(t, env, "t/fast/lost-answer"))
 	}
 	_ = lb.Release(t.Context())
 	if !warm.CanStart() {

@@ -32,7 +32,7 @@ func TestLockInJeopardyIsVisibleAndRecovers(t *testing.T) {
 	proxy := proxyTo(t, env.Addr)
 	c := lockdtest.ClientAt(t, proxy.Addr(), lockdtest.Alice)
 	fenced := make(chan struct{})
-	l, err := c.Acquire(t.Context(), "t/jeopardy", "fast", func(*client.Lock) { close(fenced) }) // TTL 5s
+	l, err := c.Acquire(t.Context(), "t/fast/jeopardy", "fast", func(*client.Lock) { close(fenced) }) // TTL 5s
 	if err != nil {
 		t.Fatal(err)
 	}

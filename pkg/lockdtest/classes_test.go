@@ -17,6 +17,7 @@ func TestStartLoadsTheCallersOwnClasses(t *testing.T) {
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
 spec:
+  keys: ["payments/ledger/"]
   purpose: correctness
   enforcement: fenced
   ttl: 10s

@@ -45,14 +45,17 @@ const (
 	Operator2 = "spiffe://test.local/operator-2"
 )
 
-// Classes is the test class set: namespace t with a 5s fenced class "fast",
-// a 15s class "std" and a 5s class "fifo" with durable fairness; namespace
-// other.
+// Classes is the test class set: namespace t, whose keys are class "std"'s
+// (15s, fenced) but for t/fast/… (class "fast", 5s) and t/fifo/… (class
+// "fifo", 5s with durable fairness); namespace other, whose keys are class
+// "std"'s but for other/cache/… (class "cache", an efficiency class).
 var Classes = map[string]string{
 	"t/classes.yaml": `apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: fast, namespace: t}
 spec:
+  keys: ["t/fast/"]
+  nestedIn: [std]
   purpose: correctness
   enforcement: fenced
   ttl: 5s
@@ -63,6 +66,7 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: std, namespace: t}
 spec:
+  keys: ["t/"]
   purpose: correctness
   enforcement: fenced
   ttl: 15s
@@ -73,6 +77,8 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: fifo, namespace: t}
 spec:
+  keys: ["t/fifo/"]
+  nestedIn: [std]
   purpose: correctness
   enforcement: fenced
   ttl: 5s
@@ -105,6 +111,7 @@ spec:
 kind: LockClass
 metadata: {name: std, namespace: other}
 spec:
+  keys: ["other/"]
   purpose: correctness
   enforcement: fenced
   ttl: 15s
@@ -114,6 +121,8 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: cache, namespace: other}
 spec:
+  keys: ["other/cache/"]
+  nestedIn: [std]
   purpose: efficiency
   enforcement: advisory
   ttl: 30s

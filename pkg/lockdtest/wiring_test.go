@@ -90,6 +90,7 @@ func probeClassReload(t *testing.T, tg target) {
 kind: LockClass
 metadata: {name: late, namespace: late}
 spec:
+  keys: ["late/"]
   purpose: correctness
   enforcement: fenced
   ttl: 5s

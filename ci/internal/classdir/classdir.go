@@ -1,7 +1,8 @@
 // Package classdir writes the class directory the gate and the benchmarks
-// run lockd with: one fenced class in one namespace (and, if asked, the same
-// class with durable fairness), and a grant of the whole namespace to each
-// client identity.
+// run lockd with: one fenced class owning a namespace (and, if asked, the
+// same class with durable fairness owning DurablePrefix, and an open
+// efficiency class owning OpenPrefix, both carved out of it), and a grant of
+// the whole namespace to each client identity.
 package classdir
 
 import (
@@ -25,19 +26,28 @@ type Fenced struct {
 	OpenTTL  time.Duration
 }
 
+// DurablePrefix is the prefix of the keys of the durable class: its keys
+// are under it, the fenced class's are the rest of the namespace.
+func (c Fenced) DurablePrefix() string { return c.Namespace + "/d/" }
+
+// OpenPrefix is the prefix of the keys of the open class.
+func (c Fenced) OpenPrefix() string { return c.Namespace + "/o/" }
+
 // Write writes dir/<namespace>/classes.yaml with the class (or two) and
 // dir/<namespace>/grants.yaml granting "<namespace>/" to each identity.
 func Write(dir string, c Fenced, identities []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, c.Namespace), 0o755); err != nil {
 		return err
 	}
-	cls := classDoc(c.Name, c.Namespace, c.TTL, "", c.Resource)
+	cls := classDoc(c.Name, c.Namespace, c.TTL, fmt.Sprintf("  keys: [%q]\n", c.Namespace+"/"), c.Resource)
+	nested := fmt.Sprintf("  nestedIn: [%s]\n", c.Name)
 	if c.DurableName != "" {
-		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL, "  fairness: durable\n", c.Resource)
+		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL,
+			fmt.Sprintf("  keys: [%q]\n", c.DurablePrefix())+nested+"  fairness: durable\n", c.Resource)
 	}
 	if c.OpenName != "" {
 		cls += "---\n" + strings.Replace(classDoc(c.OpenName, c.Namespace, c.OpenTTL,
-			"  onQuorumLoss: open\n  riskOwner: gate\n  waiverExpires: \"2099-01-01\"\n", c.Resource),
+			fmt.Sprintf("  keys: [%q]\n", c.OpenPrefix())+nested+"  onQuorumLoss: open\n  riskOwner: gate\n  waiverExpires: \"2099-01-01\"\n", c.Resource),
 			"purpose: correctness\n  enforcement: fenced", "purpose: efficiency\n  enforcement: advisory", 1)
 	}
 	var b strings.Builder

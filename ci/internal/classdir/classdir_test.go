@@ -29,6 +29,11 @@ func TestWrittenClassesLoad(t *testing.T) {
 	if c, ok := set.Class("gate", "cache"); !ok || c.OnQuorumLoss != class.QuorumLossOpen || c.Enforcement != class.EnforcementAdvisory || c.TTL != 30*time.Second {
 		t.Errorf("class cache: %+v (found %v), want advisory, open on quorum loss, 30s", c, ok)
 	}
+	for key, want := range map[string]string{"gate/k0": "fenced", "gate/d/k1": "fenced-durable", "gate/o/0": "cache"} {
+		if c, ok := set.Owner(key); !ok || c.Name != want {
+			t.Errorf("key %s: class %v (found %v), want %s", key, c, ok, want)
+		}
+	}
 	if n := len(set.Grants()); n != 2 {
 		t.Errorf("%d grants, want 2", n)
 	}

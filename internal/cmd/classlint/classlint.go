@@ -37,8 +37,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Short: "Review lock-class definitions",
 		Long: `class-lint reviews LockClass and LockGrant definitions: the rules lockd applies
 when it loads them, plus the review rules (pause-test results for fenced classes,
-waiver expiry, overlapping grants, CODEOWNERS), the renewal cost of a change
-priced from Prometheus, and the pull-request comment that carries both.
+waiver expiry, overlapping grants, CODEOWNERS), the keys a change moves to
+another tier or posture (rehomes), the renewal cost of a change priced from
+Prometheus, and the pull-request comment that carries them.
 
 Exit status: 0 success, 1 violations, 2 usage error or an input that cannot be
 used, 69 Prometheus or Gitea unreachable. docs/class-lint.md has the table.`,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/gittest"
 	"github.com/lockd-dev/lockd/internal/golden"
 )
 
@@ -143,17 +144,56 @@ func TestRepositoryClasses(t *testing.T) {
 	}
 }
 
+// TestReviewMarkdown renders the review a pull request gets without
+// Prometheus: the class rules, and the rehomes against the base (they need
+// no Prometheus): the work tree carves the ledger's hot keys out to a class
+// of tier coord, and adds an advisory class whose waiver lapses soon.
 func TestReviewMarkdown(t *testing.T) {
+	r := gittest.New(t) // fixed commit dates: the review shows the base commit's hash
+	if err := os.CopyFS(filepath.Join(r.Dir, "classes"), os.DirFS(filepath.Join("testdata", "rules", class.RuleWaiverExpiring, "pass"))); err != nil {
+		t.Fatal(err)
+	}
+	r.Commit("classes")
+	classes := filepath.Join(r.Dir, "classes", "payments", "classes.yaml")
+	data, err := os.ReadFile(classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(bytes.Replace(data, []byte(`waiverExpires: "2027-01-15"`), []byte(`waiverExpires: "2026-12-20"`), 1), `---
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-hot, namespace: payments}
+spec:
+  keys: ["payments/ledger/hot/"]
+  nestedIn: [ledger-writes]
+  purpose: efficiency
+  enforcement: advisory
+  ttl: 60s
+  tier: coord
+  riskOwner: payments-oncall
+  waiverExpires: "2027-06-30"
+`...)
+	if err := os.WriteFile(classes, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goldenFile, err := filepath.Abs(filepath.Join("testdata", "review.golden.md")) // before the test leaves the package directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(r.Dir)
 	now, _ := time.Parse(time.RFC3339, fixtureNow)
-	md, failed, err := review(context.Background(), reviewOptions{
-		Dir: filepath.Join("testdata", "rules", class.RuleWaiverExpiring, "fail"),
-		Now: func() time.Time { return now },
-	})
+	md, failed, err := review(context.Background(), reviewOptions{Dir: "classes", Base: "main", Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if failed {
 		t.Fatal("a warning failed the review")
 	}
-	golden.AssertFile(t, filepath.Join("testdata", "review.golden.md"), []byte(md))
+	for _, want := range []string{"waiver-expiring", "keys under payments/ledger/hot/ move from tier entity (class payments/ledger-writes) to tier coord (class payments/ledger-hot)",
+		"Not computed: no Prometheus URL"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the review does not say %q:\n%s", want, md)
+		}
+	}
+	golden.AssertFile(t, goldenFile, []byte(md))
 }

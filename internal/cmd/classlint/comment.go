@@ -47,9 +47,11 @@ func newCommentCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "comment --gitea-url URL --repo OWNER/NAME --pr N",
 		Short: "Post the review of a class directory on a Gitea pull request",
-		Long: `comment runs the class rules (and, with --prometheus, prices the renewal cost
-of the change), posts the result as one comment on the pull request, and sets
-the class-lint commit status on the pull request's head commit.
+		Long: `comment runs the class rules, lists the rehomes against --base (keys that move
+to a class of another tier or to one open on quorum loss, or lose their class;
+this needs only git) and, with --prometheus, prices the renewal cost of the
+change; it posts the result as one comment on the pull request, and sets the
+class-lint commit status on the pull request's head commit.
 
 Each run edits the same comment, found again by a hidden marker; a run whose
 review is unchanged leaves the comment alone. A review longer than Gitea's
@@ -75,7 +77,7 @@ cannot be reached (refused, no such host, timed out or a 5xx).`,
 	f.StringVar(&opts.Repo, "repo", "", "repository of the pull request, as owner/name (required)")
 	f.Int64Var(&opts.PR, "pr", 0, "pull request number (required)")
 	f.StringVar(&opts.Dir, "dir", "classes", "class directory to review")
-	f.StringVar(&opts.Base, "base", "", "git ref the cost report compares the classes with, such as origin/main")
+	f.StringVar(&opts.Base, "base", "", "git ref the rehomes and the cost report compare the classes with, such as origin/main (default origin/main, then main, then HEAD)")
 	f.StringVar(&opts.PrometheusURL, "prometheus", "", "Prometheus URL to price the renewal cost of TTL changes (default: no cost report)")
 	f.Var(&nowFlag{now: &opts.Now}, "now", "review as of this RFC 3339 time instead of the clock (for reproducible reports)")
 	f.StringVar(&opts.TargetURL, "target-url", "", "link for the commit status, such as the CI job (default: the review comment)")

@@ -178,6 +178,7 @@ metadata:
   name: report-export
   namespace: payments
 spec:
+  keys: ["payments/reports/"]
   purpose: correctness
   enforcement: advisory
   ttl: 60s

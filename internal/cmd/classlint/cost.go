@@ -45,11 +45,18 @@ lockd_sessions (by the namespace of the identity); a namespace Prometheus has no
 data for is priced at zero and named in the output. Classes that break a rule
 (a lapsed waiver) are priced all the same.
 
+It also lists the rehomes: for every prefix a class owns (spec.keys) at the base
+or in the work tree, the keys whose class (the class owning their longest
+prefix) moves to another tier, turns from closed to open on quorum loss, or is
+no more. A change of class applies to each key from its next grant; a hold made
+before keeps its class, and cluster, until it ends.
+
 Exit status: 0 priced, 2 usage error or git error, 69 Prometheus unreachable
 (refused, no such host, timed out or a 5xx).`,
 		Example: `  class-lint cost --prometheus http://prometheus:9090
   class-lint cost --prometheus http://prometheus:9090 --base origin/release-1.2 -o markdown
-  class-lint cost --prometheus http://prometheus:9090 -o json | jq '.changes[] | {class, after}'`,
+  class-lint cost --prometheus http://prometheus:9090 -o json | jq '.changes[] | {class, after}'
+  class-lint cost --prometheus http://prometheus:9090 -o json | jq '.rehomes[].messages[]'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("base") {

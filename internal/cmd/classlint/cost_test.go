@@ -58,12 +58,13 @@ func fencedClass(ns, name, ttl string) string {
 kind: LockClass
 metadata: {name: %s, namespace: %s}
 spec:
+  keys: ["%s/%s/"]
   purpose: correctness
   enforcement: fenced
   ttl: %s
   tier: entity
   resource: test-db
-`, name, ns, ttl)
+`, name, ns, ns, name, ttl)
 }
 
 // classRepo commits t/std and ghost/x at 15s and changes both to 30s in
@@ -99,7 +100,7 @@ func TestCostAndRegisterAgainstRealPrometheus(t *testing.T) {
 	other := a.Client(t, "spiffe://test.local/other")
 	grant := func() {
 		t.Helper()
-		l, err := other.Acquire(ctx, "other/report", "cache", func(*client.Lock) {})
+		l, err := other.Acquire(ctx, "other/cache/report", "cache", func(*client.Lock) {})
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 	}

@@ -15,9 +15,10 @@ import (
 type reviewOptions struct {
 	// Dir is the class directory of the work tree.
 	Dir string
-	// Base is the git ref the cost report compares with.
+	// Base is the git ref the rehomes and the cost report compare with.
 	Base string
-	// PrometheusURL, when set, adds the cost report.
+	// PrometheusURL, when set, adds the cost report; the rehomes need
+	// only the base.
 	PrometheusURL string
 	// Now is the clock for expiry rules.
 	Now func() time.Time
@@ -26,9 +27,11 @@ type reviewOptions struct {
 	costSource cost.Source
 }
 
-// review runs check (and cost, when a Prometheus URL is given) and renders
-// them as one markdown document. failed reports whether check found
-// violations. err is non-nil when the review could not be made at all.
+// review runs check, finds the rehomes against the git base (keys that
+// change tier or quorum-loss posture, or lose their class) and, when a
+// Prometheus URL is given, prices the change; it renders them as one
+// markdown document. failed reports whether check found violations. err is
+// non-nil when the review could not be made at all.
 func review(ctx context.Context, opts reviewOptions) (markdown string, failed bool, err error) {
 	rep, err := runCheck([]string{opts.Dir}, opts.Now())
 	if err != nil {
@@ -46,6 +49,12 @@ func review(ctx context.Context, opts reviewOptions) (markdown string, failed bo
 	b.WriteString("## class-lint\n\n")
 	b.WriteString(rep.Markdown())
 	if opts.PrometheusURL == "" && opts.costSource == nil {
+		// The rehomes need only the base: they are shown all the same.
+		rr, err := cost.CompareRehomes(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base})
+		if err != nil {
+			return "", false, fmt.Errorf("rehomes: %w", err)
+		}
+		b.WriteString(rr.Markdown())
 		b.WriteString("### Renewal cost\n\nNot computed: no Prometheus URL was given (`--prometheus`).\n")
 	} else {
 		cr, err := cost.Compare(ctx, cost.Options{Dir: opts.Dir, Base: opts.Base, Prometheus: opts.PrometheusURL, Source: opts.costSource})

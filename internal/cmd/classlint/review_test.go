@@ -47,6 +47,7 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
 spec:
+  keys: ["payments/reports/"]
   purpose: correctness
   enforcement: advisory
   ttl: 45s

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockd-dev/lockd/internal/admission"
+	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/cli"
 )
 
@@ -33,6 +35,12 @@ const (
 // finish after SIGTERM.
 const webhookShutdownTimeout = 10 * time.Second
 
+// classesMaxAge is how long the webhook uses the classes it read from
+// --classes before reading the directory again. A sync tool publishes a
+// new checkout in one step (git-sync swaps a symlink), so a read sees one
+// commit; reviews arriving together share a read.
+const classesMaxAge = 2 * time.Second
+
 // WebhookOptions are the options of class-lint webhook.
 type WebhookOptions struct {
 	// Listen is the address to serve HTTPS on.
@@ -40,6 +48,9 @@ type WebhookOptions struct {
 	// CertFile and KeyFile hold the serving certificate and its key, in
 	// PEM; they are read again when they change.
 	CertFile, KeyFile string
+	// ClassesDir, when set, is a checkout of the class repository's class
+	// directory: the other classes a LockClass's keys are checked against.
+	ClassesDir string
 	// Now is the clock for waiver expiry.
 	Now func() time.Time
 	// ErrOut receives the logs.
@@ -57,10 +68,19 @@ webhook denies an object that breaks a rule lockd applies at load or whose
 advisory waiver has lapsed, with the rule ids and messages of class-lint
 check. DELETE is always allowed. ` + healthPath + ` answers probes.
 
-The rules that need the whole class repository (pause-test results for fenced
-classes, overlapping grants, CODEOWNERS) are not applied: class-lint check
-covers them in CI. docs/admission.md explains what is enforced and how to
-deploy the webhook (deploy/ has the manifests).
+With --classes DIR (a checkout of the class directory kept current next to
+the webhook, for example by a git-sync sidecar), a LockClass is also checked
+against the other classes of its namespace there: it is denied when it claims
+a prefix another class claims, or carves keys out of another class without
+naming it in spec.nestedIn (key-ownership). The directory is read again at
+most every ` + classesMaxAge.String() + `; while it cannot be read, every LockClass is denied. Without
+--classes that check is not made, and every LockClass review carries a
+warning saying so.
+
+The rules that need the rest of the class repository (pause-test results for
+fenced classes, overlapping grants, CODEOWNERS) are not applied: class-lint
+check covers them in CI. docs/admission.md explains what is enforced and how
+to deploy the webhook (deploy/ has the manifests).
 
 The certificate and key are read again when either file changes, so a
 certificate renewed by cert-manager is served without a restart. SIGTERM or
@@ -68,7 +88,7 @@ SIGINT stops the server after the reviews in flight are answered.
 
 Exit status: 0 after a clean shutdown, 2 when the certificate cannot be loaded
 or the address cannot be listened on.`,
-		Example: `  class-lint webhook --listen :8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key`,
+		Example: `  class-lint webhook --listen :8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key --classes /git/lock-classes/classes`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.CertFile == "" || opts.KeyFile == "" {
@@ -86,6 +106,7 @@ or the address cannot be listened on.`,
 	f.StringVar(&opts.Listen, "listen", opts.Listen, "address to serve HTTPS on")
 	f.StringVar(&opts.CertFile, "tls-cert", "", "PEM serving certificate (chain), read again when it changes (required)")
 	f.StringVar(&opts.KeyFile, "tls-key", "", "PEM private key of the serving certificate (required)")
+	f.StringVar(&opts.ClassesDir, "classes", "", "class directory (one folder per namespace) to check a LockClass's keys against the other classes; kept current by a sync tool such as git-sync")
 	f.Var(&nowFlag{now: &opts.Now}, "now", "validate as of this RFC 3339 time instead of the clock (for tests)")
 	_ = f.MarkHidden("now")
 	return cmd
@@ -105,8 +126,22 @@ func webhookRun(ctx context.Context, opts WebhookOptions) int {
 		return ExitUsage
 	}
 
+	var hopts []admission.Option
+	if opts.ClassesDir == "" {
+		log.Warn("key ownership across LockClasses is not checked: a class claiming another class's keys is admitted with a warning; " +
+			"pass --classes DIR, a checkout of the class repository, to check it")
+	} else {
+		peers := &dirPeers{dir: opts.ClassesDir, maxAge: classesMaxAge}
+		if _, err := peers.Classes(ctx, ""); err != nil {
+			log.Warn("cannot read the classes yet: every LockClass is denied until they can be read", "classes", opts.ClassesDir, "err", err)
+		} else {
+			log.Info("checking key ownership against the classes", "classes", opts.ClassesDir)
+		}
+		hopts = append(hopts, admission.WithPeers(peers))
+	}
+
 	mux := http.NewServeMux()
-	mux.Handle(webhookPath, admission.NewHandler(opts.Now, log))
+	mux.Handle(webhookPath, admission.NewHandler(opts.Now, log, hopts...))
 	mux.HandleFunc(healthPath, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	srv := &http.Server{
 		Handler:           mux,
@@ -200,4 +235,47 @@ func (l *certLoader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 		l.log.Warn("keeping the previous serving certificate", "err", err)
 	}
 	return l.cert, nil
+}
+
+// dirPeers serves the classes of a class directory as the webhook's peers:
+// it reads the directory with class.Inspect, keeping what it read for
+// maxAge. Every class that can be decoded counts, rule violations or not:
+// its spec.keys are what the repository claims.
+type dirPeers struct {
+	dir    string
+	maxAge time.Duration
+	now    func() time.Time // time.Now when nil
+
+	mu   sync.Mutex
+	read time.Time // when byNS was read; zero when never
+	byNS map[string][]*class.Class
+}
+
+// Classes returns the classes of namespace, reading the directory again
+// when what was read is older than maxAge. A read that fails is not kept:
+// the next review tries again. Each class's Source is its path relative to
+// the directory, as a reviewer finds it in the repository.
+func (p *dirPeers) Classes(_ context.Context, namespace string) ([]*class.Class, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	if p.byNS == nil || now().Sub(p.read) >= p.maxAge {
+		t, err := class.Inspect(p.dir, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("--classes %s: %w", p.dir, err)
+		}
+		byNS := make(map[string][]*class.Class)
+		for _, c := range t.Classes {
+			cp := *c
+			if rel, err := filepath.Rel(p.dir, c.Source); err == nil {
+				cp.Source = filepath.ToSlash(rel)
+			}
+			byNS[c.Namespace] = append(byNS[c.Namespace], &cp)
+		}
+		p.byNS, p.read = byNS, now()
+	}
+	return p.byNS[namespace], nil
 }

@@ -53,6 +53,7 @@ apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
 spec:
+  keys: [payments/ledger/]
   purpose: correctness
   enforcement: fenced
   ttl: 15s
@@ -66,67 +67,116 @@ spec:
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, tier: entity, fairness: durable, resource: ledger-db, resourceSchemaVersion: "7"}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, tier: entity, fairness: durable, resource: ledger-db, resourceSchemaVersion: "7"}
 `, allowed: true},
 	{name: "ttl out of range", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, ttl: 2s, tier: entity, resource: ledger-db}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, ttl: 2s, tier: entity, resource: ledger-db}
 `, message: "ttl-range: spec.ttl: must be between 5s and 300s, got 2s"},
 	{name: "advisory ttl below floor", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, tier: entity, riskOwner: payments-oncall, waiverExpires: "2027-06-30"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, tier: entity, riskOwner: payments-oncall, waiverExpires: "2027-06-30"}
 `, message: "advisory-ttl-floor: spec.ttl: advisory classes must have a ttl of at least 30s, got 15s (the default)"},
 	{name: "advisory without risk owner", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, waiverExpires: "2027-06-30"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, waiverExpires: "2027-06-30"}
 `, message: "advisory-risk-owner: spec.riskOwner: is required for advisory classes"},
 	{name: "expired waiver", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
 `, message: "advisory-waiver: spec.waiverExpires: waiver expired: 2026-11-01 is not in the future (now 2026-11-30T12:00:00Z)"},
 	{name: "waiver lapsing soon", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-12-12"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-12-12"}
 `, allowed: true, warnings: []string{
 		"waiver-expiring: spec.waiverExpires: waiver lapses in 11 days (2026-12-12): fence the resource or renew the waiver with the risk owner payments-oncall"}},
 	{name: "onQuorumLoss open on correctness", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, tier: entity, onQuorumLoss: open, resource: ledger-db}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, tier: entity, onQuorumLoss: open, resource: ledger-db}
 `, message: "quorum-loss-open: spec.onQuorumLoss: open is not allowed for purpose correctness: a lock granted without quorum may be held twice"},
 	{name: "missing tier", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, resource: ledger-db}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, resource: ledger-db}
 `, message: "tier-required: spec.tier: is required (one of entity, coord)"},
 	{name: "unknown field", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, tier: entity, ttlSeconds: 15, resource: ledger-db}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, tier: entity, ttlSeconds: 15, resource: ledger-db}
 `, message: "schema: spec.ttlSeconds: unknown field"},
 	{name: "several problems", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: Ledger, namespace: payments}
-spec: {purpose: speed, enforcement: advisory, ttl: 10m, tier: entity}
+spec: {keys: [payments/ledger-draft/], purpose: speed, enforcement: advisory, ttl: 10m, tier: entity}
 `, message: `schema: metadata.name: must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got "Ledger"; ` +
 		`schema: spec.purpose: must be one of correctness, efficiency, got "speed"; ` +
 		`ttl-range: spec.ttl: must be between 5s and 300s, got 10m; ` +
 		`advisory-risk-owner: spec.riskOwner: is required for advisory classes; ` +
 		`advisory-waiver: spec.waiverExpires: is required for advisory classes`},
+	{name: "class without keys", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: refunds, namespace: payments}
+spec: {purpose: correctness, enforcement: fenced, tier: entity, resource: refunds-db}
+`, message: `class-keys: spec.keys: must list at least one key prefix the class owns, such as "payments/orders/": a key no class owns cannot be locked`},
+	{name: "key prefix outside the namespace", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: refunds, namespace: payments}
+spec: {keys: [billing/refunds/], purpose: correctness, enforcement: fenced, tier: entity, resource: refunds-db}
+`, message: `class-keys: spec.keys[0]: must start with the class's namespace "payments/", got "billing/refunds/"`},
+	{name: "a prefix no other class owns", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: refunds, namespace: payments}
+spec: {keys: [payments/refunds/], purpose: correctness, enforcement: fenced, tier: entity, resource: refunds-db}
+`, allowed: true},
+	{name: "two classes claiming one prefix", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-copy, namespace: payments}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, tier: coord, resource: ledger-db}
+`, message: `key-ownership: spec.keys[0]: "payments/ledger/" is also claimed by LockClass ledger-writes (payments/classes.yaml:1): ` +
+		`a key has exactly one class; give the prefix to one of them`},
+	{name: "nested without nestedIn", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-hot, namespace: payments}
+spec: {keys: [payments/ledger/hot/], purpose: correctness, enforcement: fenced, tier: coord, resource: ledger-db}
+`, message: `key-ownership: spec.keys[0]: "payments/ledger/hot/" is inside "payments/ledger/", owned by LockClass ledger-writes (payments/classes.yaml:1): ` +
+		`keys under it would move to this class from ledger-writes; if that is meant, say so with spec.nestedIn: [ledger-writes]`},
+	{name: "nested with nestedIn", object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-hot, namespace: payments}
+spec: {keys: [payments/ledger/hot/], nestedIn: [ledger-writes], purpose: correctness, enforcement: fenced, tier: coord, resource: ledger-db}
+`, allowed: true},
+	{name: "update of a class keeping its keys", operation: admission.OperationUpdate, object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-writes, namespace: payments}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, ttl: 30s, tier: entity, resource: ledger-db}
+`, old: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ledger-writes, namespace: payments}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, ttl: 15s, tier: entity, resource: ledger-db}
+`, allowed: true},
 	{name: "valid grant", object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockGrant
@@ -172,30 +222,30 @@ spec:
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments, labels: {team: payments}}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
 `, old: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
 `, allowed: true, warnings: []string{
 		"existing object: advisory-waiver: spec.waiverExpires: waiver expired: 2026-11-01 is not in the future (now 2026-11-30T12:00:00Z)"}},
 	{name: "update of an expired class's spec", operation: admission.OperationUpdate, object: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 90s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 90s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
 `, old: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: report-export, namespace: payments}
-spec: {purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
+spec: {keys: [payments/reports/], purpose: correctness, enforcement: advisory, ttl: 60s, tier: entity, riskOwner: payments-oncall, waiverExpires: "2026-11-01"}
 `, message: "advisory-waiver: spec.waiverExpires: waiver expired: 2026-11-01 is not in the future (now 2026-11-30T12:00:00Z)"},
 	{name: "delete", operation: admission.OperationDelete, old: `
 apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata: {name: ledger-writes, namespace: payments}
-spec: {purpose: correctness, enforcement: fenced, ttl: 2s, tier: entity}
+spec: {keys: [payments/ledger/], purpose: correctness, enforcement: fenced, ttl: 2s, tier: entity}
 `, allowed: true},
 	{name: "unknown kind", object: `
 apiVersion: v1
@@ -205,29 +255,68 @@ data: {ttl: 15s}
 `, message: "kind ConfigMap (v1) is not validated by this webhook: it validates LockClass, LockGrant, PauseTestResult in group locks.lockd.dev; check the rules of its ValidatingWebhookConfiguration"},
 }
 
-// TestWebhook runs class-lint webhook as the command runs in a pod, posts
-// AdmissionReviews to it over HTTPS, rotates its certificate and stops it
-// with SIGTERM.
-func TestWebhook(t *testing.T) {
-	// SIGTERM stops the webhook below; this keeps it from ending the test
-	// binary should the webhook have stopped already.
+// webhookPeers is the class directory the webhook under test checks keys
+// against: payments/ledger-writes owns payments/ledger/, and
+// payments/report-export owns payments/reports/ and, nested in
+// ledger-writes, payments/ledger/exports/.
+var webhookPeers = filepath.Join("testdata", "rules", class.RuleKeyOwnership, "pass")
+
+// testWebhook is class-lint webhook running in the test binary.
+type testWebhook struct {
+	url, addr         string
+	client            *http.Client
+	logs              *syncBuffer
+	done              chan int
+	pki               *testPKI
+	dir               string // of the certificate and key
+	certFile, keyFile string
+}
+
+// startWebhook runs class-lint webhook as it runs in a pod, with args
+// added, and waits until it serves. Stop it with stop.
+func startWebhook(t *testing.T, args ...string) *testWebhook {
+	t.Helper()
+	w := &testWebhook{pki: newTestPKI(t), dir: t.TempDir(), logs: &syncBuffer{}, done: make(chan int, 1)}
+	w.certFile, w.keyFile = filepath.Join(w.dir, "tls.crt"), filepath.Join(w.dir, "tls.key")
+	w.pki.issue(t, w.certFile, w.keyFile, 1)
+	go func() {
+		w.done <- Main(append([]string{"webhook", "--listen", "127.0.0.1:0", "--tls-cert", w.certFile, "--tls-key", w.keyFile, "--now", webhookNow}, args...),
+			io.Discard, w.logs)
+	}()
+	w.url, w.addr = waitServing(t, w.logs, w.done)
+	w.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: w.pki.clientTLS()}}
+	return w
+}
+
+// stop sends the test binary SIGTERM, as Kubernetes stops the pod, and
+// waits for the webhook to exit cleanly.
+func (w *testWebhook) stop(t *testing.T) {
+	t.Helper()
+	// This keeps SIGTERM from ending the test binary should the webhook
+	// have stopped already.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-w.done:
+		require.Equal(t, ExitOK, code, w.logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("class-lint webhook did not stop on SIGTERM:\n%s", w.logs.String())
+	}
+	require.Contains(t, w.logs.String(), "msg=stopped")
+}
 
-	pki := newTestPKI(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	pki.issue(t, certFile, keyFile, 1)
-
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main([]string{"webhook", "--listen", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--now", webhookNow},
-			io.Discard, &logs)
-	}()
-	url, addr := waitServing(t, &logs, done)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: pki.clientTLS()}}
+// TestWebhook runs class-lint webhook as the command runs in a pod, with
+// the class repository checked out next to it, posts AdmissionReviews to
+// it over HTTPS, rotates its certificate and stops it with SIGTERM.
+func TestWebhook(t *testing.T) {
+	peers := t.TempDir()
+	require.NoError(t, os.CopyFS(peers, os.DirFS(webhookPeers)))
+	w := startWebhook(t, "--classes", peers)
+	url, addr, client, logs, pki, dir, certFile, keyFile := w.url, w.addr, w.client, w.logs, w.pki, w.dir, w.certFile, w.keyFile
+	require.Contains(t, logs.String(), "checking key ownership against the classes")
+	require.NotContains(t, logs.String(), "not checked")
 
 	t.Run("Reviews", func(t *testing.T) {
 		for i, tc := range webhookCases {
@@ -251,30 +340,57 @@ func TestWebhook(t *testing.T) {
 
 	t.Run("SameAsCheck", func(t *testing.T) {
 		// Every CREATE above reads as class-lint check reports the same
-		// object, without the review rules that need the whole repository.
+		// object in the class repository the webhook reads, without the
+		// review rules that need the rest of the repository.
 		for _, tc := range webhookCases {
 			if tc.operation != "" || !strings.Contains(tc.object, class.APIVersion) {
 				continue
 			}
 			t.Run(tc.name, func(t *testing.T) {
-				errs, warns := checkMessages(t, tc.object)
+				errs, warns := checkMessages(t, webhookPeers, tc.object)
 				require.Equal(t, tc.message, strings.Join(errs, "; "))
 				require.Equal(t, tc.warnings, warns)
 			})
 		}
 	})
 
-	t.Run("ClassExamples", func(t *testing.T) {
-		files, err := filepath.Glob("../../../classes/*/*.yaml")
-		require.NoError(t, err)
-		require.NotEmpty(t, files)
-		for _, path := range files {
-			data, err := os.ReadFile(path)
-			require.NoError(t, err)
-			for i, doc := range strings.Split(string(data), "\n---\n") {
-				resp := postReview(t, client, url, reviewFor(t, fmt.Sprintf("example-%d", i), webhookCase{object: doc}))
-				require.True(t, resp.Allowed, "%s document %d: %+v", path, i, resp.Result)
-				require.Empty(t, resp.Warnings, "%s document %d", path, i)
+	t.Run("ClassesReadAgain", func(t *testing.T) {
+		// The sync tool brings a class claiming payments/refunds/: a class
+		// claiming it too is denied from then on.
+		refunds := func(name string) webhookCase {
+			return webhookCase{object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: ` + name + `, namespace: payments}
+spec: {keys: [payments/refunds/], purpose: correctness, enforcement: fenced, tier: entity, resource: refunds-db}
+`}
+		}
+		resp := postReview(t, client, url, reviewFor(t, "refunds-before", refunds("refunds-copy")))
+		require.True(t, resp.Allowed, "%+v", resp.Result)
+		require.NoError(t, os.WriteFile(filepath.Join(peers, "payments", "refunds.yaml"), []byte(refunds("refunds").object), 0o644))
+		eventually(t, 10*time.Second, "the webhook sees the new class", func() (bool, string) {
+			resp := postReview(t, client, url, reviewFor(t, "refunds-after", refunds("refunds-copy")))
+			return !resp.Allowed, fmt.Sprintf("%+v", resp.Result)
+		})
+		resp = postReview(t, client, url, reviewFor(t, "refunds-after", refunds("refunds-copy")))
+		require.Equal(t, `key-ownership: spec.keys[0]: "payments/refunds/" is also claimed by LockClass refunds (payments/refunds.yaml:2): `+
+			`a key has exactly one class; give the prefix to one of them`, resp.Result.Message)
+		// The class's own version is not a clash.
+		resp = postReview(t, client, url, reviewFor(t, "refunds-self", refunds("refunds")))
+		require.True(t, resp.Allowed, "%+v", resp.Result)
+
+		// A checkout that cannot be read denies LockClasses, not grants.
+		require.NoError(t, os.Rename(peers, peers+".moved"))
+		defer func() { require.NoError(t, os.Rename(peers+".moved", peers)) }()
+		eventually(t, 10*time.Second, "the webhook fails closed", func() (bool, string) {
+			resp := postReview(t, client, url, reviewFor(t, "refunds-gone", refunds("refunds-new")))
+			return !resp.Allowed && strings.Contains(resp.Result.Message, "cannot read the other LockClasses of namespace payments"),
+				fmt.Sprintf("%+v", resp.Result)
+		})
+		for _, tc := range webhookCases {
+			if tc.name == "valid grant" {
+				resp := postReview(t, client, url, reviewFor(t, "grant-while-gone", tc))
+				require.True(t, resp.Allowed, "%+v", resp.Result)
 			}
 		}
 	})
@@ -322,14 +438,83 @@ func TestWebhook(t *testing.T) {
 		require.Contains(t, logs.String(), "keeping the previous serving certificate")
 	})
 
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
-	select {
-	case code := <-done:
-		require.Equal(t, ExitOK, code, logs.String())
-	case <-time.After(15 * time.Second):
-		t.Fatalf("class-lint webhook did not stop on SIGTERM:\n%s", logs.String())
+	w.stop(t)
+}
+
+// TestWebhookClassExamples admits every object of the example class
+// repository, each checked against the others as a webhook reading that
+// repository would: they break no rule and draw no warning.
+func TestWebhookClassExamples(t *testing.T) {
+	examples, err := filepath.Abs(filepath.Join("..", "..", "..", "classes"))
+	require.NoError(t, err)
+	w := startWebhook(t, "--classes", examples)
+	defer w.stop(t)
+	files, err := filepath.Glob(filepath.Join(examples, "*", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	classes := 0
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for i, doc := range strings.Split(string(data), "\n---\n") {
+			resp := postReview(t, w.client, w.url, reviewFor(t, fmt.Sprintf("example-%d", i), webhookCase{object: doc}))
+			require.True(t, resp.Allowed, "%s document %d: %+v", path, i, resp.Result)
+			require.Empty(t, resp.Warnings, "%s document %d", path, i)
+			if strings.Contains(doc, "kind: LockClass") {
+				classes++
+			}
+		}
 	}
-	require.Contains(t, logs.String(), "msg=stopped")
+	require.GreaterOrEqual(t, classes, 3)
+}
+
+// TestWebhookWithoutClasses: without --classes the webhook says once, at
+// start, that key ownership across classes is not checked, and every
+// LockClass review says so too.
+func TestWebhookWithoutClasses(t *testing.T) {
+	w := startWebhook(t)
+	defer w.stop(t)
+	require.Equal(t, 1, strings.Count(w.logs.String(), "key ownership across LockClasses is not checked"), w.logs.String())
+	require.Contains(t, w.logs.String(), "pass --classes DIR")
+	for i, tc := range webhookCases {
+		if tc.operation == admission.OperationDelete || tc.name == "unknown kind" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			resp := postReview(t, w.client, w.url, reviewFor(t, fmt.Sprintf("no-classes-%d", i), tc))
+			isClass := strings.Contains(tc.object, "kind: LockClass")
+			require.Equal(t, isClass, slices.Contains(resp.Warnings, admission.WarningOwnershipNotChecked), "%q", resp.Warnings)
+			if strings.HasPrefix(tc.message, class.RuleKeyOwnership+": ") {
+				// Not checked: admitted, with the warning.
+				require.True(t, resp.Allowed, "%+v", resp.Result)
+				return
+			}
+			require.Equal(t, tc.allowed, resp.Allowed, "%+v", resp.Result)
+		})
+	}
+	require.Equal(t, 1, strings.Count(w.logs.String(), "key ownership across LockClasses is not checked"), "said once, at start")
+}
+
+func TestWebhookClassesUnreadableAtStart(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "not-synced-yet")
+	w := startWebhook(t, "--classes", missing)
+	defer w.stop(t)
+	require.Contains(t, w.logs.String(), "cannot read the classes yet: every LockClass is denied until they can be read")
+	class := webhookCase{object: `
+apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: refunds, namespace: payments}
+spec: {keys: [payments/refunds/], purpose: correctness, enforcement: fenced, tier: entity, resource: refunds-db}
+`}
+	resp := postReview(t, w.client, w.url, reviewFor(t, "before-sync", class))
+	require.False(t, resp.Allowed)
+	require.Contains(t, resp.Result.Message, "key-ownership: spec.keys: cannot read the other LockClasses of namespace payments to check that no other class owns these keys: --classes "+missing)
+	// The sync tool's first checkout arrives.
+	require.NoError(t, os.CopyFS(missing, os.DirFS(webhookPeers)))
+	eventually(t, 10*time.Second, "the webhook reads the classes once they are there", func() (bool, string) {
+		resp := postReview(t, w.client, w.url, reviewFor(t, "after-sync", class))
+		return resp.Allowed, fmt.Sprintf("%+v", resp.Result)
+	})
 }
 
 func TestWebhookUsage(t *testing.T) {
@@ -427,25 +612,36 @@ func postReview(t *testing.T, client *http.Client, url string, body []byte) *adm
 	return rev.Response
 }
 
-// checkMessages runs class-lint check on a class repository holding only
-// object and returns its errors and warnings as the webhook words them,
-// leaving out the review rules the webhook does not apply.
-func checkMessages(t *testing.T, object string) (errs, warns []string) {
+// checkMessages runs class-lint check on a copy of the class repository
+// peers with object added (in a file after the others, as the webhook puts
+// it after every other class) and returns the object's errors and warnings
+// as the webhook words them, leaving out the review rules the webhook does
+// not apply.
+func checkMessages(t *testing.T, peers, object string) (errs, warns []string) {
 	t.Helper()
 	var o struct {
-		Metadata struct{ Namespace string } `json:"metadata"`
+		Kind     string                           `json:"kind"`
+		Metadata struct{ Name, Namespace string } `json:"metadata"`
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(object), &o))
 	dir := t.TempDir()
-	require.NoError(t, os.Mkdir(filepath.Join(dir, o.Metadata.Namespace), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, o.Metadata.Namespace, "objects.yaml"), []byte(object), 0o644))
+	require.NoError(t, os.CopyFS(dir, os.DirFS(peers)))
+	// The webhook checks a class against the others: its own stored
+	// version is not one of them.
+	files, _ := filepath.Glob(filepath.Join(dir, o.Metadata.Namespace, "*.yaml"))
+	for _, f := range files {
+		blankObject(t, f, o.Kind, o.Metadata.Namespace, o.Metadata.Name)
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, o.Metadata.Namespace), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, o.Metadata.Namespace, "zz-object.yaml"), []byte(object), 0o644))
 	var out, errOut bytes.Buffer
-	Main([]string{"check", "--now", webhookNow, "-o", "json", dir}, &out, &errOut)
+	t.Chdir(dir) // files as the webhook names them: relative to the class directory
+	Main([]string{"check", "--now", webhookNow, "-o", "json", "."}, &out, &errOut)
 	var rep checkReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String()+errOut.String())
 	repoRules := []string{class.RuleCodeowners, class.RuleFencedPauseTest, class.RuleGrantOverlap}
 	for _, p := range rep.Problems {
-		if slices.Contains(repoRules, p.Rule) {
+		if slices.Contains(repoRules, p.Rule) || p.Object != o.Kind+" "+o.Metadata.Namespace+"/"+o.Metadata.Name {
 			continue
 		}
 		msg := admission.Message(class.Problem{ID: p.Rule, Field: p.Field, Rule: p.Message})
@@ -456,6 +652,33 @@ func checkMessages(t *testing.T, object string) (errs, warns []string) {
 		}
 	}
 	return errs, warns
+}
+
+// blankObject turns the document of file defining kind namespace/name, if
+// any, into comment lines, so the lines of the others do not move.
+func blankObject(t *testing.T, file, kind, namespace, name string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	lines := strings.Split(string(data), "\n")
+	start := 0
+	for i := 0; i <= len(lines); i++ {
+		if i < len(lines) && strings.TrimSpace(lines[i]) != "---" {
+			continue
+		}
+		var o struct {
+			Kind     string                           `json:"kind"`
+			Metadata struct{ Name, Namespace string } `json:"metadata"`
+		}
+		if yaml.Unmarshal([]byte(strings.Join(lines[start:i], "\n")), &o) == nil &&
+			o.Kind == kind && o.Metadata.Namespace == namespace && o.Metadata.Name == name {
+			for j := start; j < i; j++ {
+				lines[j] = "# the object under review"
+			}
+		}
+		start = i + 1
+	}
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o644))
 }
 
 var servingRE = regexp.MustCompile(`addr=https://(\S+)/validate`)

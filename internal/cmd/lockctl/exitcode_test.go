@@ -50,7 +50,9 @@ func TestRunExitCodesAgainstLockd(t *testing.T) {
 	}{
 		{"ok", env.Addr, []string{"lock", "t/free", "--class", "std", "--", "true"}, cli.ExitOK, ""},
 		{"the command's own code", env.Addr, []string{"lock", "t/free", "--class", "std", "--", "sh", "-c", "exit 3"}, 3, ""},
-		{"usage", env.Addr, []string{"lock", "t/free", "--", "true"}, cli.ExitUsage, "--class is required"},
+		{"usage", env.Addr, []string{"lock", "t/free", "--wait", "-1s", "--", "true"}, cli.ExitUsage, "--wait must not be negative"},
+		{"another class's key", env.Addr, []string{"lock", "t/fast/x", "--class", "std", "--", "true"}, cli.ExitUsage,
+			`key t/fast/x belongs to class t/fast (its spec.keys has "t/fast/"), not t/std`},
 		{"held past --wait", env.Addr, []string{"lock", "t/held", "--class", "std", "--wait", "200ms", "--", "true"}, cli.ExitTimeout, "raise --wait"},
 		{"no grant", env.Addr, []string{"lock", "other/x", "--class", "std", "--", "true"}, cli.ExitNoPerm, "permission denied"},
 		{"leaked hold", env.Addr, []string{"lock", "t/leaked", "--class", "std", "--", "true"}, cli.ExitLeak, "leak"},

@@ -57,7 +57,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
 		{"unknown epoch command", []string{"epoch", "rewind"}, cli.ExitUsage, `unknown command "rewind"`},
 		{"unknown flag", []string{"sessions", "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
-		{"lock without class", []string{"lock", "demo/x", "--", "true"}, cli.ExitUsage, "--class is required"},
+		{"lock without a command", []string{"lock", "demo/x", "--"}, cli.ExitUsage, "missing command after --"},
 		{"lock without command", []string{"lock", "demo/x", "--class", "demo"}, cli.ExitUsage, "missing -- before the command"},
 		{"inspect without key", []string{"inspect"}, cli.ExitUsage, "missing <key | prefix/>"},
 		{"help", []string{"--help"}, cli.ExitOK, ""},

@@ -88,6 +88,14 @@ const (
 	// open a new session and acquire on it (the Go client does). Nothing was
 	// granted. gRPC code FAILED_PRECONDITION.
 	ErrorReason_ERROR_REASON_NO_QUORUM_SESSION ErrorReason = 24
+	// The request named a class that does not own the key: a key's class is
+	// decided in review (the class whose keys have the longest prefix of it),
+	// never by a caller. The message names the key's class; leave the class
+	// out to use it. Nothing was granted. gRPC code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_CLASS_MISMATCH ErrorReason = 25
+	// No class of the key's namespace owns the key, so it cannot be locked
+	// until a class lists a prefix of it. gRPC code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_NO_CLASS ErrorReason = 26
 )
 
 // Enum value maps for ErrorReason.
@@ -118,6 +126,8 @@ var (
 		22: "ERROR_REASON_WAIT_TIMEOUT",
 		23: "ERROR_REASON_HISTORY_OFF",
 		24: "ERROR_REASON_NO_QUORUM_SESSION",
+		25: "ERROR_REASON_CLASS_MISMATCH",
+		26: "ERROR_REASON_NO_CLASS",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -145,6 +155,8 @@ var (
 		"ERROR_REASON_WAIT_TIMEOUT":      22,
 		"ERROR_REASON_HISTORY_OFF":       23,
 		"ERROR_REASON_NO_QUORUM_SESSION": 24,
+		"ERROR_REASON_CLASS_MISMATCH":    25,
+		"ERROR_REASON_NO_CLASS":          26,
 	}
 )
 
@@ -1400,6 +1412,11 @@ type LockClass struct {
 	// Advisory classes: who owns the risk, and when the waiver lapses.
 	RiskOwner     string                 `protobuf:"bytes,10,opt,name=risk_owner,json=riskOwner,proto3" json:"risk_owner,omitempty"`
 	WaiverExpires *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=waiver_expires,json=waiverExpires,proto3" json:"waiver_expires,omitempty"`
+	// The key prefixes the class owns ("<namespace>/.../"). A key's class is
+	// the class of its namespace owning the longest prefix of it.
+	Keys []string `protobuf:"bytes,12,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The classes of the namespace this class carves its keys out of.
+	NestedIn      []string `protobuf:"bytes,13,rep,name=nested_in,json=nestedIn,proto3" json:"nested_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1511,6 +1528,20 @@ func (x *LockClass) GetWaiverExpires() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LockClass) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *LockClass) GetNestedIn() []string {
+	if x != nil {
+		return x.NestedIn
+	}
+	return nil
+}
+
 // ListClassesRequest lists the classes the caller may see.
 type ListClassesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1610,7 +1641,10 @@ type AcquireRequest struct {
 	SessionId int64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The key, "<namespace>/<path>".
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// The class name, in the key's namespace ("name" or "namespace/name").
+	// Optional. The key's class is decided in review: the class of the key's
+	// namespace whose keys have the longest prefix of it. Left empty, lockd
+	// uses it; set ("name" or "namespace/name"), it must be that class, or
+	// the request is refused with CLASS_MISMATCH naming the key's class.
 	Class string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	// How long to wait in line; zero tries once.
 	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
@@ -1690,8 +1724,12 @@ type AcquireResponse struct {
 	Unprotected bool `protobuf:"varint,3,opt,name=unprotected,proto3" json:"unprotected,omitempty"`
 	// The lockd that made an unprotected grant (its arbiter ID), and the
 	// grant's sequence number in that lockd's spool.
-	ArbiterId     string `protobuf:"bytes,4,opt,name=arbiter_id,json=arbiterId,proto3" json:"arbiter_id,omitempty"`
-	SpoolSeq      uint64 `protobuf:"varint,5,opt,name=spool_seq,json=spoolSeq,proto3" json:"spool_seq,omitempty"`
+	ArbiterId string `protobuf:"bytes,4,opt,name=arbiter_id,json=arbiterId,proto3" json:"arbiter_id,omitempty"`
+	SpoolSeq  uint64 `protobuf:"varint,5,opt,name=spool_seq,json=spoolSeq,proto3" json:"spool_seq,omitempty"`
+	// The class the key was granted under ("namespace/name"): the key's class
+	// when the grant was made. The hold keeps it until it ends, even if a
+	// class change moves the key to another class meanwhile.
+	Class         string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1759,6 +1797,13 @@ func (x *AcquireResponse) GetSpoolSeq() uint64 {
 		return x.SpoolSeq
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
 }
 
 // ReleaseRequest ends a hold.
@@ -2133,7 +2178,12 @@ type InspectResponse struct {
 	// (also when not held).
 	Waiters int32 `protobuf:"varint,3,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	// The waiters in the order they are granted in: the durable line first.
-	Queue         []*Waiter `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`
+	Queue []*Waiter `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`
+	// The key's class now ("namespace/name"), held or not: the class the next
+	// grant is made under. A hold keeps the class it was granted under
+	// (hold.class), which differs only after a class change moved the key.
+	// Empty when no class owns the key (it cannot be locked).
+	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2194,6 +2244,13 @@ func (x *InspectResponse) GetQueue() []*Waiter {
 		return x.Queue
 	}
 	return nil
+}
+
+func (x *InspectResponse) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
 }
 
 // ListHoldsRequest names a prefix.
@@ -4040,7 +4097,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"A\n" +
 	"\x15DescribeClassResponse\x12(\n" +
-	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\xfa\x02\n" +
+	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\xab\x03\n" +
 	"\tLockClass\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -4054,7 +4111,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"risk_owner\x18\n" +
 	" \x01(\tR\triskOwner\x12A\n" +
-	"\x0ewaiver_expires\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\"2\n" +
+	"\x0ewaiver_expires\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\x12\x12\n" +
+	"\x04keys\x18\f \x03(\tR\x04keys\x12\x1b\n" +
+	"\tnested_in\x18\r \x03(\tR\bnestedIn\"2\n" +
 	"\x12ListClassesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"C\n" +
 	"\x13ListClassesResponse\x12,\n" +
@@ -4064,7 +4123,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xd2\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xe8\x01\n" +
 	"\x0fAcquireResponse\x12$\n" +
 	"\x05token\x18\x01 \x01(\v2\x0e.lock.v1.TokenR\x05token\x12;\n" +
 	"\vacquired_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -4072,7 +4131,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\vunprotected\x18\x03 \x01(\bR\vunprotected\x12\x1d\n" +
 	"\n" +
 	"arbiter_id\x18\x04 \x01(\tR\tarbiterId\x12\x1b\n" +
-	"\tspool_seq\x18\x05 \x01(\x04R\bspoolSeq\"W\n" +
+	"\tspool_seq\x18\x05 \x01(\x04R\bspoolSeq\x12\x14\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\"W\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
@@ -4100,12 +4160,13 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x121\n" +
 	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\x05R\bposition\x12\x18\n" +
-	"\adurable\x18\x05 \x01(\bR\adurable\"\x89\x01\n" +
+	"\adurable\x18\x05 \x01(\bR\adurable\"\x9f\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12!\n" +
 	"\x04hold\x18\x02 \x01(\v2\r.lock.v1.HoldR\x04hold\x12\x18\n" +
 	"\awaiters\x18\x03 \x01(\x05R\awaiters\x12%\n" +
-	"\x05queue\x18\x04 \x03(\v2\x0f.lock.v1.WaiterR\x05queue\"@\n" +
+	"\x05queue\x18\x04 \x03(\v2\x0f.lock.v1.WaiterR\x05queue\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\"@\n" +
 	"\x10ListHoldsRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"V\n" +
@@ -4243,7 +4304,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xec\x05\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xa8\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4270,7 +4331,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x15\x12\x1d\n" +
 	"\x19ERROR_REASON_WAIT_TIMEOUT\x10\x16\x12\x1c\n" +
 	"\x18ERROR_REASON_HISTORY_OFF\x10\x17\x12\"\n" +
-	"\x1eERROR_REASON_NO_QUORUM_SESSION\x10\x18*\x95\x01\n" +
+	"\x1eERROR_REASON_NO_QUORUM_SESSION\x10\x18\x12\x1f\n" +
+	"\x1bERROR_REASON_CLASS_MISMATCH\x10\x19\x12\x19\n" +
+	"\x15ERROR_REASON_NO_CLASS\x10\x1a*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

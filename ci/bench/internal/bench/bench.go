@@ -221,9 +221,9 @@ func newSystem(name string, sc scenario, r *rig.Rig, redisAddr, redisWhy string)
 		s, err := newMutex(r.EtcdEndpoints)
 		return s, "", err
 	case result.Lockd:
-		return &lockdSystem{addr: r.Lockd.Addr, class: rig.Class, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
+		return &lockdSystem{addr: r.Lockd.Addr, class: rig.Class, prefix: rig.Namespace + "/", shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
 	case result.LockdDurable:
-		return &lockdSystem{addr: r.Lockd.Addr, class: rig.DurableClass, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
+		return &lockdSystem{addr: r.Lockd.Addr, class: rig.DurableClass, prefix: rig.DurablePrefix, shared: sc.keys == sc.workers, opts: r.ClientOptions}, "", nil
 	case result.Redsync:
 		if redisAddr == "" {
 			return nil, redisWhy, nil

@@ -153,6 +153,7 @@ func (l *mutexLocker) lock(ctx context.Context, key string) (func(context.Contex
 type lockdSystem struct {
 	addr   string
 	class  string
+	prefix string // of the keys, which the class owns
 	shared bool
 	opts   []client.Option
 
@@ -177,13 +178,13 @@ func (s *lockdSystem) worker(_ context.Context, i int) (locker, error) {
 			}
 			s.one = c
 		}
-		return &lockdLocker{c: s.one, class: s.class, shared: true}, nil
+		return &lockdLocker{c: s.one, class: s.class, prefix: s.prefix, shared: true}, nil
 	}
 	c, err := s.client(i)
 	if err != nil {
 		return nil, err
 	}
-	return &lockdLocker{c: c, class: s.class}, nil
+	return &lockdLocker{c: c, class: s.class, prefix: s.prefix}, nil
 }
 
 // client is a Go client as identity i.
@@ -194,6 +195,7 @@ func (s *lockdSystem) client(i int) (*client.Client, error) {
 type lockdLocker struct {
 	c      *client.Client
 	class  string
+	prefix string
 	shared bool
 }
 
@@ -204,7 +206,7 @@ func (l *lockdLocker) close() {
 }
 
 func (l *lockdLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	lk, err := l.c.Acquire(ctx, rig.Namespace+"/"+key, l.class, func(*client.Lock) {}, client.Wait(time.Minute))
+	lk, err := l.c.Acquire(ctx, l.prefix+key, l.class, func(*client.Lock) {}, client.Wait(time.Minute))
 	if err != nil {
 		return nil, err
 	}

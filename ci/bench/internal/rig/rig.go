@@ -31,9 +31,11 @@ const (
 const (
 	Namespace = "bench"
 	Class     = "bench/std"
-	// DurableClass is the same class with durable fairness.
-	DurableClass = "bench/fifo"
-	ClassTTL     = 15 * time.Second
+	// DurableClass is the same class with durable fairness; it owns the
+	// keys under DurablePrefix, Class the rest of the namespace.
+	DurableClass  = "bench/fifo"
+	DurablePrefix = "bench/d/"
+	ClassTTL      = 15 * time.Second
 )
 
 // Identity is the SPIFFE ID of benchmark client i (insecure loopback

@@ -401,7 +401,8 @@ func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
 	// advance's grace has passed.
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		key := fmt.Sprintf("%s/k%d", Namespace, r.rnd.IntN(r.o.Keys))
+		all := gateKeys(r.o.Keys)
+		key := all[r.rnd.IntN(len(all))]
 		held, err := admin.inspect(ctx, key)
 		if err != nil || !held.GetHeld() {
 			time.Sleep(100 * time.Millisecond)

@@ -29,6 +29,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/gate/internal/linecheck"
 	"github.com/lockd-dev/lockd/ci/gate/internal/worker"
+	"github.com/lockd-dev/lockd/ci/internal/classdir"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
 	"github.com/lockd-dev/lockd/internal/pgserver"
@@ -72,7 +73,7 @@ type Options struct {
 	Workers  int
 	Arbiters int
 	Keys     int
-	// OpenKeys are more keys, gate/o<i>, taken under OpenClassName. The
+	// OpenKeys are more keys, gate/o/<i>, taken under OpenClassName. The
 	// quorum-loss fault checks what they are granted without quorum. The
 	// open class's 30 s TTL lengthens every epoch advance's grace, so a
 	// run with restores or rebuilds does without them.
@@ -264,10 +265,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	}
 
 	// The fenced store.
-	keys := make([]string, o.Keys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%s/k%d", Namespace, i)
-	}
+	keys := gateKeys(o.Keys)
 	r.openKeys = openKeys(o.OpenKeys)
 	if err := r.startStore(ctx, append(slices.Clone(keys), r.openKeys...), s); err != nil {
 		return err
@@ -572,11 +570,29 @@ func (r *run) lineVerdict() LineResult {
 	return out
 }
 
-// openKeys are the n keys taken under the open class.
+// classes are the gate's classes: which keys each owns is decided by their
+// spec.keys (classdir), and every key the workers take is its class's.
+var classes = classdir.Fenced{Namespace: Namespace, Name: ClassName, DurableName: DurableClassName, OpenName: OpenClassName}
+
+// gateKeys are the n keys of the fenced classes: the first half under the
+// fenced class, gate/k<i>, the second half under the durable class's
+// prefix, gate/d/k<i>.
+func gateKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/k%d", Namespace, i)
+		if i >= n/2 {
+			keys[i] = fmt.Sprintf("%sk%d", classes.DurablePrefix(), i)
+		}
+	}
+	return keys
+}
+
+// openKeys are the n keys taken under the open class, gate/o/<i>.
 func openKeys(n int) []string {
 	var keys []string
 	for i := range n {
-		keys = append(keys, fmt.Sprintf("%s/o%d", Namespace, i))
+		keys = append(keys, fmt.Sprintf("%s%d", classes.OpenPrefix(), i))
 	}
 	return keys
 }

@@ -57,6 +57,8 @@ func hintFor(err error, target string) string {
 		return "this identity already holds the key under another session (a leaked hold, not contention): `lockctl inspect <key>` shows the session"
 	case errors.Is(err, client.ErrDenied):
 		return "your identity has no grant for this key or class: check the LockGrant for its namespace"
+	case errors.Is(err, client.ErrClassMismatch):
+		return "a key's class is decided in the class repository: leave out --class, or lock a key of the class you meant (`lockctl inspect <key>` names a key's class)"
 	}
 	switch {
 	case errors.Is(err, client.ErrSamePerson):

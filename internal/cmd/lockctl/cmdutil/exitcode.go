@@ -26,6 +26,9 @@ func ExitCodeFor(err error) int {
 	if errors.As(err, &ue) {
 		return cli.ExitUsage
 	}
+	if errors.Is(err, client.ErrNoClass) || errors.Is(err, client.ErrClassMismatch) {
+		return cli.ExitUsage // also the client's own finding, before any RPC
+	}
 	if _, ok := status.FromError(err); ok {
 		return exitCodeForRPC(client.Decode(err))
 	}
@@ -45,6 +48,10 @@ func exitCodeForRPC(err error) int {
 		return cli.ExitTimeout
 	case errors.Is(err, client.ErrLeak):
 		return cli.ExitLeak
+	case errors.Is(err, client.ErrClassMismatch), errors.Is(err, client.ErrNoClass):
+		// The key or --class the user gave disagrees with the class
+		// repository: an input to fix, not a failure to retry.
+		return cli.ExitUsage
 	}
 	switch client.Reason(err) {
 	case "":

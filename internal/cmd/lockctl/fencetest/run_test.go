@@ -127,7 +127,7 @@ func TestFenceTestPostgres(t *testing.T) {
 	t.Run("reference writer by URL passes and class-lint accepts the result", func(t *testing.T) {
 		t.Parallel()
 		out := filepath.Join(t.TempDir(), "result.yaml")
-		code, rep, errOut := fenceTest(t, config, "t/ft-url", "--resource", dsn+"&table=ft_url", "--out", out)
+		code, rep, errOut := fenceTest(t, config, "t/fast/ft-url", "--resource", dsn+"&table=ft_url", "--out", out)
 		require.Equal(t, 0, code, "%s\n%+v\n%s", rep.Message, rep.Steps, errOut)
 		require.Equal(t, pausetest.OutcomePass, rep.Outcome)
 		for _, s := range rep.Steps {
@@ -142,7 +142,7 @@ func TestFenceTestPostgres(t *testing.T) {
 
 	// Not parallel: it changes directory, to check the default --out.
 	t.Run("reference SQL as commands passes", func(t *testing.T) {
-		key := "t/ft-cmd"
+		key := "t/fast/ft-cmd"
 		table(t, pool, "ft_cmd", key, key+"-2")
 		dir := t.TempDir()
 		t.Chdir(dir) // the default --out is ./pausetest-<class>.yaml
@@ -185,14 +185,14 @@ func TestFenceTestPostgres(t *testing.T) {
 			setup: `CREATE TABLE ft_pt_fence (fence numeric(20,0) NOT NULL); INSERT INTO ft_pt_fence VALUES (0);`,
 			write: `WITH f AS (UPDATE ft_pt_fence SET fence = :tok WHERE fence < :tok RETURNING 1)
 UPDATE ft_pt SET value = :'val', fence = :tok FROM f WHERE id = :'key' RETURNING 1;`,
-			message: []string{"the resource rejected holder C's write to its own record t/ft-pt-2 with token %[3]d, older than holder B's %[2]d on another record: the fence is kept per table instead of per record, so holders of different keys fence each other out"},
+			message: []string{"the resource rejected holder C's write to its own record t/fast/ft-pt-2 with token %[3]d, older than holder B's %[2]d on another record: the fence is kept per table instead of per record, so holders of different keys fence each other out"},
 			failed:  []string{pausetest.StepOtherRecord},
 		},
 	}
 	for _, b := range broken {
 		t.Run("broken fence fails: "+b.name, func(t *testing.T) {
 			t.Parallel()
-			key := "t/" + strings.ReplaceAll(b.table, "_", "-")
+			key := "t/fast/" + strings.ReplaceAll(b.table, "_", "-")
 			table(t, pool, b.table, key, key+"-2")
 			if b.setup != "" {
 				_, err := pool.Exec(t.Context(), b.setup)
@@ -253,6 +253,7 @@ func requireResultAccepted(t *testing.T, path string, rep fencetest.ReportView) 
 kind: LockClass
 metadata: {name: fast, namespace: t}
 spec:
+  keys: ["t/fast/"]
   purpose: correctness
   enforcement: fenced
   ttl: 5s
@@ -293,15 +294,15 @@ spec:
 // usual codes, and says why on stderr.
 func TestFenceTestExitCodes(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
-	args := []string{"fence-test", "--class", "fast", "--key", "t/x", "--write", "true", "--read", "true"}
+	args := []string{"fence-test", "--class", "fast", "--key", "t/fast/x", "--write", "true", "--read", "true"}
 	tests := []struct {
 		name, addr, id string
 		args           []string
 		want           int
 		msg            string
 	}{
-		{"no grant", env.Addr, lockdtest.Carol, args, cli.ExitNoPerm, "holder C cannot lock t/x-2"},
-		{"no such class", env.Addr, lockdtest.Alice, append(args[:2:2], "nope", "--key", "t/x", "--write", "true", "--read", "true"), cli.ExitFailure, "pausetest: class t/nope"},
+		{"no grant", env.Addr, lockdtest.Carol, args, cli.ExitNoPerm, "holder C cannot lock t/fast/x-2"},
+		{"no such class", env.Addr, lockdtest.Alice, append(args[:2:2], "nope", "--key", "t/fast/x", "--write", "true", "--read", "true"), cli.ExitFailure, "pausetest: class t/nope"},
 		{"lockd unreachable", lockdtest.FreeAddr(t), lockdtest.Alice, args, cli.ExitUnavailable, "unreachable"},
 		{"usage", env.Addr, lockdtest.Alice, args[:5], cli.ExitUsage, "no resource"},
 	}

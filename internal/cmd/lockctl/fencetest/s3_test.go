@@ -21,7 +21,7 @@ func TestFenceTestS3(t *testing.T) {
 	config := lockctlConfig(t, env)
 
 	out := filepath.Join(t.TempDir(), "result.yaml")
-	code, rep, errOut := fenceTest(t, config, "t/ft-s3", "--resource", m.URL(), "--out", out)
+	code, rep, errOut := fenceTest(t, config, "t/fast/ft-s3", "--resource", m.URL(), "--out", out)
 	require.Equal(t, 0, code, "%s\n%+v\n%s", rep.Message, rep.Steps, errOut)
 	require.Equal(t, pausetest.OutcomePass, rep.Outcome)
 	for _, s := range rep.Steps {

@@ -25,16 +25,25 @@ func hold(key string, age time.Duration, token *lockv1.Token) *lockv1.Hold {
 func TestPrintKey(t *testing.T) {
 	golden.AssertPrinted(t, "key-held", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
 		Held: true, Waiters: 2, Hold: hold("payments/ledger/migrate", 3*time.Minute+12*time.Second+250*time.Millisecond, nil),
+		Class: "payments/migration",
 	}))
 	golden.AssertPrinted(t, "key-held-operator", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
 		Held: true, Waiters: 0, Hold: hold("payments/ledger/migrate", 90*time.Second, &lockv1.Token{Value: 281474976710660, Epoch: 1, Revision: 4}),
+		Class: "payments/migration",
 	}))
-	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0}))
+	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0, Class: "demo/demo"}))
+	// No class owns the key: it cannot be locked, and inspect says so.
+	golden.AssertPrinted(t, "key-unowned", NewKeyView("demo2/x", &lockv1.InspectResponse{}))
+	// A class change moved the key to another class while it is held: the
+	// hold keeps the class it was granted under.
+	golden.AssertPrinted(t, "key-held-moved", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
+		Held: true, Waiters: 0, Hold: hold("payments/ledger/migrate", 90*time.Second, nil), Class: "payments/ledger-writes",
+	}))
 
 	queued := hold("payments/ledger/migrate", 3*time.Minute+12*time.Second+250*time.Millisecond, nil)
 	queued.SessionTtlLeft = durationpb.New(11 * time.Second)
 	golden.AssertPrinted(t, "key-held-queue", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
-		Held: true, Waiters: 2, Hold: queued, Queue: []*lockv1.Waiter{
+		Held: true, Waiters: 2, Hold: queued, Class: "payments/migration", Queue: []*lockv1.Waiter{
 			{Position: 1, Identity: "spiffe://lockd.local/payments/reconciler", SessionId: 7587889412345679002, Waited: durationpb.New(41*time.Second + 500*time.Millisecond), Durable: true},
 			{Position: 2, Identity: "spiffe://lockd.local/payments/backfill", SessionId: 7587889412345679117, Waited: durationpb.New(3*time.Second + 20*time.Millisecond)},
 		},
@@ -42,7 +51,7 @@ func TestPrintKey(t *testing.T) {
 	// A holder whose lease is already gone: 0 left, not unknown.
 	gone := hold("payments/ledger/migrate", 20*time.Second, nil)
 	gone.SessionTtlLeft, gone.Waiters = durationpb.New(0), 0
-	golden.AssertPrinted(t, "key-held-lease-gone", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{Held: true, Hold: gone}))
+	golden.AssertPrinted(t, "key-held-lease-gone", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{Held: true, Hold: gone, Class: "payments/migration"}))
 }
 
 func TestPrintHolds(t *testing.T) {

@@ -42,7 +42,11 @@ type WaiterView struct {
 
 // KeyView is `lockctl inspect <key>`.
 type KeyView struct {
-	Key     string    `json:"key"`
+	Key string `json:"key"`
+	// Class is the key's class now ("namespace/name"), held or not: the
+	// class its next grant is made under. Empty when no class owns the key.
+	// A hold keeps the class it was granted under (hold.class).
+	Class   string    `json:"class"`
 	Held    bool      `json:"held"`
 	Waiters int32     `json:"waiters"`
 	Hold    *HoldView `json:"hold,omitempty"`
@@ -73,7 +77,7 @@ func holdView(h *lockv1.Hold) HoldView {
 
 // NewKeyView converts an InspectResponse.
 func NewKeyView(key string, r *lockv1.InspectResponse) *KeyView {
-	v := &KeyView{Key: key, Held: r.GetHeld(), Waiters: r.GetWaiters()}
+	v := &KeyView{Key: key, Class: r.GetClass(), Held: r.GetHeld(), Waiters: r.GetWaiters()}
 	if r.GetHeld() && r.GetHold() != nil {
 		h := holdView(r.GetHold())
 		v.Hold = &h
@@ -99,6 +103,11 @@ func NewHoldsView(prefix string, r *lockv1.ListHoldsResponse) *HoldsView {
 // WriteTable implements printer.Tabular.
 func (v *KeyView) WriteTable(t *printer.Table) {
 	t.Field("Key", printer.Cell{Text: v.Key})
+	if v.Class != "" {
+		t.Field("Class", printer.Cell{Text: v.Class})
+	} else {
+		t.Field("Class", printer.Cell{Text: "none: no class owns this key, so it cannot be locked", Style: printer.Red})
+	}
 	held := printer.Cell{Text: cmdutil.YesNo(v.Held)}
 	if v.Held {
 		held.Style = printer.Yellow
@@ -112,7 +121,10 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 		if h.SessionTTLLeftSeconds != nil {
 			t.Field("Session TTL left", printer.Cell{Text: t.Duration(cmdutil.Duration(*h.SessionTTLLeftSeconds))})
 		}
-		t.Field("Class", printer.Cell{Text: h.Class})
+		if h.Class != v.Class {
+			// A class change moved the key; the hold keeps its class.
+			t.Field("Granted under", printer.Cell{Text: h.Class, Style: printer.Yellow})
+		}
 		t.Field("Acquired", printer.Cell{Text: t.Time(h.AcquiredAt)})
 		t.Field("Age", printer.Cell{Text: t.Duration(cmdutil.Duration(h.AgeSeconds))})
 		if h.Token != nil {

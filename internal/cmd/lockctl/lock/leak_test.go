@@ -30,13 +30,13 @@ func TestSecondRunOfTheSameIdentityWaitsOutACrashedFirst(t *testing.T) {
 	require.NoError(t, clientconfig.Save(cfg, &clientconfig.Config{CurrentContext: "alice", Contexts: []clientconfig.Context{
 		{Name: "alice", Server: env.Addr, InsecureIdentity: lockdtest.Alice}}}))
 
-	first := exec.Command(bin, "--config", cfg, "lock", "t/twice", "--class", "fast", "--", "sleep", "10")
+	first := exec.Command(bin, "--config", cfg, "lock", "t/fast/twice", "--class", "fast", "--", "sleep", "10")
 	require.NoError(t, first.Start())
 	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
-	lockdtest.WaitFor(t, 15*time.Second, "the first run holds t/twice", func() bool { return !holdKeyAbsent(t, env, "t/twice") })
+	lockdtest.WaitFor(t, 15*time.Second, "the first run holds t/twice", func() bool { return !holdKeyAbsent(t, env, "t/fast/twice") })
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL)) // the crash: no release, no more keepalives
 
-	opts, stdout, stderr := testOptions(t, env, "t/twice", "fast", "sh", "-c", "echo ran")
+	opts, stdout, stderr := testOptions(t, env, "t/fast/twice", "fast", "sh", "-c", "echo ran")
 	opts.Wait = 30 * time.Second
 	start := time.Now()
 	require.NoError(t, lockRun(opts), "stderr: %s", stderr)
@@ -51,12 +51,12 @@ func TestSecondRunOfTheSameIdentityWaitsOutACrashedFirst(t *testing.T) {
 // the leak reason; without --wait it is refused at once with its own code.
 func TestSecondRunOfTheSameIdentityTimesOutWhileTheFirstLives(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
-	firstOpts, _, _ := testOptions(t, env, "t/live", "fast", "sleep", "15")
+	firstOpts, _, _ := testOptions(t, env, "t/fast/live", "fast", "sleep", "15")
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- lockRun(firstOpts) }()
-	lockdtest.WaitFor(t, 10*time.Second, "the first run holds t/live", func() bool { return !holdKeyAbsent(t, env, "t/live") })
+	lockdtest.WaitFor(t, 10*time.Second, "the first run holds t/live", func() bool { return !holdKeyAbsent(t, env, "t/fast/live") })
 
-	opts, stdout, stderr := testOptions(t, env, "t/live", "fast", "sh", "-c", "echo ran")
+	opts, stdout, stderr := testOptions(t, env, "t/fast/live", "fast", "sh", "-c", "echo ran")
 	opts.Wait = 7 * time.Second // past the class TTL (5s): the live session is renewed
 	err := lockRun(opts)
 	require.Equal(t, cli.ExitTimeout, cmdutil.ExitCodeFor(err), "%v", err)
@@ -65,7 +65,7 @@ func TestSecondRunOfTheSameIdentityTimesOutWhileTheFirstLives(t *testing.T) {
 	require.Contains(t, stderr.String(), "is held by this same identity")
 	require.Empty(t, stdout.String(), "the command must not run")
 
-	opts, stdout, _ = testOptions(t, env, "t/live", "fast", "sh", "-c", "echo ran")
+	opts, stdout, _ = testOptions(t, env, "t/fast/live", "fast", "sh", "-c", "echo ran")
 	err = lockRun(opts) // --wait 0: tried once
 	require.Equal(t, cli.ExitLeak, cmdutil.ExitCodeFor(err), "%v", err)
 	require.Empty(t, stdout.String())

@@ -53,11 +53,15 @@ type Options struct {
 func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Client: f.Client, Target: f.Target, Environ: os.Environ}
 	cmd := &cobra.Command{
-		Use:   "lock <key> --class <class> [--wait 30s] [--grace 10s] -- <command> [args...]",
+		Use:   "lock <key> [--wait 30s] [--grace 10s] -- <command> [args...]",
 		Short: "Run a command while holding a lock",
 		Long: cmdutil.Docf(`
-			Acquire <key> under <class>, run <command> while the lock is held, then
-			release it.
+			Acquire <key>, run <command> while the lock is held, then release it.
+
+			The key's class (its TTL, enforcement and posture) is decided in review:
+			it is the class of the key's namespace whose spec.keys has the longest
+			prefix of the key; lockctl inspect <key> names it. --class is only a
+			check: lockd refuses the lock, naming the key's class, if it is another.
 
 			The command inherits stdin, stdout and stderr, and gets these variables
 			in its environment:
@@ -85,31 +89,33 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			Exit status:
 			  <n>  the command's own exit code (128+signal if a signal killed it)
 			  75   timed out waiting for the lock (raise --wait)
-			  77   permission denied: no grant for this identity, key and class
+			  77   permission denied: no grant for this identity and key
 			  69   lockd or its store is unavailable, or lockd is sealed
 			  79   the lock was lost while the command ran
 			  80   the key is already held by this identity under another
 			       session: a leaked hold (lockctl inspect <key>)
-			  2    usage error
+			  2    usage error; also when --class names a class that does not
+			       own the key, or no class owns the key (the error names the
+			       namespace and the key's class)
 			  1    any other error
 		`, EnvToken, EnvKey, EnvEpoch),
 		Example: cmdutil.Example(`
-			# Run a migration while holding payments/ledger/migrate
-			$ lockctl lock payments/ledger/migrate --class migration -- ./migrate.sh --apply
+			# Run a migration while holding payments/ledger/migrate (under the key's class)
+			$ lockctl lock payments/ledger/migrate -- ./migrate.sh --apply
 
 			# Wait up to two minutes in line; SIGTERM the job 30s before a failing lock's deadline
-			$ lockctl lock demo/nightly --class demo --wait 2m --grace 30s -- make nightly
+			$ lockctl lock demo/nightly --wait 2m --grace 30s -- make nightly
 
-			# Use the token in a shell command
-			$ lockctl lock demo/x --class demo -- sh -c 'curl -H "Fencing-Token: $LOCK_TOKEN" ...'
+			# Use the token in a shell command, and check the key is ledger-writes'
+			$ lockctl lock payments/ledger/42 --class ledger-writes -- sh -c 'curl -H "Fencing-Token: $LOCK_TOKEN" ...'
 		`),
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			switch {
 			case len(args) == 0:
-				return cli.Usagef("missing <key>: lockctl lock <key> --class <class> -- <command>")
+				return cli.Usagef("missing <key>: lockctl lock <key> -- <command>")
 			case dash < 0:
-				return cli.Usagef("missing -- before the command: lockctl lock %s --class <class> -- <command>", args[0])
+				return cli.Usagef("missing -- before the command: lockctl lock %s -- <command>", args[0])
 			case dash == 0:
 				return cli.Usagef("missing <key> before --")
 			case dash > 1:
@@ -122,9 +128,6 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Key = args[0]
 			opts.Command = args[1:]
-			if opts.Class == "" {
-				return cli.Usagef("--class is required: the lock class of %s (see classes/<namespace>/)", opts.Key)
-			}
 			if opts.Wait < 0 {
 				return cli.Usagef("--wait must not be negative")
 			}
@@ -137,7 +140,7 @@ func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			return lockRun(opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Class, "class", cmdutil.Getenv("LOCKCTL_CLASS"), "lock class, \"name\" in the key's namespace or \"namespace/name\" (required; env LOCKCTL_CLASS)")
+	cmd.Flags().StringVar(&opts.Class, "class", cmdutil.Getenv("LOCKCTL_CLASS"), "the class the key must belong to, \"name\" or \"namespace/name\": a check, refused if the key is another class's (default: the key's own; env LOCKCTL_CLASS)")
 	cmd.Flags().DurationVar(&opts.Wait, "wait", envDuration("LOCKCTL_WAIT", 0), "how long to wait in line for the lock; 0 tries once (env LOCKCTL_WAIT)")
 	cmd.Flags().DurationVar(&opts.Grace, "grace", envDuration("LOCKCTL_GRACE", 10*time.Second), "when keepalives fail, send SIGTERM this long before the lock's deadline, SIGKILL at it (env LOCKCTL_GRACE)")
 	return cmd

@@ -34,7 +34,7 @@ func TestNewCmdLockFlags(t *testing.T) {
 			args: []string{"demo/x", "--class", "demo", "--", "ls", "--class", "-o", "json"},
 			want: Options{Key: "demo/x", Class: "demo", Grace: 10 * time.Second, Command: []string{"ls", "--class", "-o", "json"}},
 		},
-		{name: "class is required", args: []string{"demo/x", "--", "true"}, wantErr: "--class is required"},
+		{name: "class is optional", args: []string{"demo/x", "--", "true"}, want: Options{Key: "demo/x", Grace: 10 * time.Second, Command: []string{"true"}}},
 		{name: "command is required", args: []string{"demo/x", "--class", "demo", "--"}, wantErr: "missing command after --"},
 		{name: "-- is required", args: []string{"demo/x", "--class", "demo", "true"}, wantErr: "missing -- before the command"},
 		{name: "key is required", args: []string{"--class", "demo", "--", "true"}, wantErr: "missing <key> before --"},

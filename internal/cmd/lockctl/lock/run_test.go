@@ -68,10 +68,10 @@ func TestLockRunSignalledChild(t *testing.T) {
 // runs: the next keepalive finds it expired and lockctl stops the command.
 func TestLockRunLostLock(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
-	opts, _, errOut := testOptions(t, env, "t/lost", "fast", "sh", "-c", "sleep 30 & wait")
+	opts, _, errOut := testOptions(t, env, "t/fast/lost", "fast", "sh", "-c", "sleep 30 & wait")
 	go func() {
 		for {
-			got, err := env.Backend.Client.Get(t.Context(), "/l/t/lost")
+			got, err := env.Backend.Client.Get(t.Context(), "/l/t/fast/lost")
 			if err != nil {
 				return
 			}
@@ -86,7 +86,7 @@ func TestLockRunLostLock(t *testing.T) {
 	require.Equal(t, cli.ExitLockLost, cmdutil.ExitCodeFor(err))
 	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
 	require.Len(t, lines, 1, "one line: %q", errOut.String())
-	require.Contains(t, lines[0], "lock t/lost lost while the command ran (session expired at lockd)")
+	require.Contains(t, lines[0], "lock t/fast/lost lost while the command ran (session expired at lockd)")
 	require.NotContains(t, errOut.String(), "LOCK_TOKEN")
 }
 
@@ -146,7 +146,7 @@ func TestLockedCommandIsDeadByTheLocksDeadline(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(proxy.Close)
 	started := filepath.Join(t.TempDir(), "started")
-	opts, _, errOut := testOptions(t, env, "t/child", "fast", "sh", "-c",
+	opts, _, errOut := testOptions(t, env, "t/fast/child", "fast", "sh", "-c",
 		`trap '' TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, started)
 	opts.Grace = 10 * time.Second // the default: more than the time left
 	opts.Client = func() (*client.Client, error) {
@@ -156,7 +156,7 @@ func TestLockedCommandIsDeadByTheLocksDeadline(t *testing.T) {
 	wctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go func() {
-		for resp := range env.Backend.Client.Watch(wctx, "/l/t/child", clientv3.WithFilterPut()) {
+		for resp := range env.Backend.Client.Watch(wctx, "/l/t/fast/child", clientv3.WithFilterPut()) {
 			if len(resp.Events) > 0 {
 				expired <- time.Now()
 				return

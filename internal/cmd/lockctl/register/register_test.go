@@ -41,7 +41,7 @@ func TestPrintRegister(t *testing.T) {
 func TestRegisterFromLockd(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{Audit: true})
 	other := env.Client(t, "spiffe://test.local/other")
-	l, err := other.Acquire(t.Context(), "other/x", "cache", func(*client.Lock) {})
+	l, err := other.Acquire(t.Context(), "other/cache/x", "cache", func(*client.Lock) {})
 	require.NoError(t, err)
 	require.NoError(t, l.Release(t.Context()))
 	raw, _ := env.Raw(t, lockdtest.Operator)

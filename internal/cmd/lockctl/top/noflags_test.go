@@ -159,7 +159,7 @@ func TestNoFlagsPerNamespace(t *testing.T) {
 	_, err := alice.Acquire(t.Context(), "t/a", "std", func(*client.Lock) {})
 	require.NoError(t, err)
 	other := env.Client(t, "spiffe://test.local/other")
-	_, err = other.Acquire(t.Context(), "other/o", "cache", func(*client.Lock) {})
+	_, err = other.Acquire(t.Context(), "other/cache/o", "cache", func(*client.Lock) {})
 	require.NoError(t, err)
 
 	var s Snapshot
@@ -168,7 +168,7 @@ func TestNoFlagsPerNamespace(t *testing.T) {
 	for _, h := range s.Hot {
 		keys = append(keys, h.Key)
 	}
-	require.ElementsMatch(t, []string{"t/a", "other/o"}, keys, "the operator sees both namespaces' holds")
+	require.ElementsMatch(t, []string{"t/a", "other/cache/o"}, keys, "the operator sees both namespaces' holds")
 
 	require.NoError(t, json.Unmarshal([]byte(once(t, env.Addr, lockdtest.Alice, printer.FormatJSON, "--once")), &s))
 	require.Len(t, s.Hot, 1)

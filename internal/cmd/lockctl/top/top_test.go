@@ -93,7 +93,7 @@ func TestOnceAgainstLockd(t *testing.T) {
 	go func() {
 		_, _ = bob.Acquire(context.Background(), "t/hot", "std", func(*client.Lock) {}, client.Wait(time.Minute))
 	}()
-	_, err = alice.Acquire(t.Context(), "t/cold", "fast", func(*client.Lock) {})
+	_, err = alice.Acquire(t.Context(), "t/fast/cold", "fast", func(*client.Lock) {})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return env.Arbiter.QueueLen("t/hot") == 1 }, 5*time.Second, 20*time.Millisecond)
 
@@ -225,7 +225,7 @@ func TestKeepsWorkingWhenLockdRestarts(t *testing.T) {
 	waitFor("LOCKD UNREACHABLE")
 	env2 := lockdtest.Start(t, lockdtest.Options{Addr: addr})
 	bob := env2.Client(t, lockdtest.Bob)
-	_, err = bob.Acquire(t.Context(), "t/after", "fast", func(*client.Lock) {})
+	_, err = bob.Acquire(t.Context(), "t/fast/after", "fast", func(*client.Lock) {})
 	require.NoError(t, err)
 	waitFor("fast")
 	require.NoError(t, tm.Quit())
