@@ -465,3 +465,33 @@ func TestWithoutQuorumAKeyOfAClosedClassIsNotGrantedByNamingAnOpenClass(t *testi
 		t.Fatalf("Alice's lock ended: %v", held.Err())
 	}
 }
+
+// TestUnprotectedLockStaysUsableWhileItsKeepalivesAreAnswered: without a
+// quorum, an unprotected lock (token 0, epoch 0) is kept alive by lockd's
+// answers for as long as the outage lasts: two keepalive intervals on, it
+// is still safe and not ended, and a second unprotected lock taken on the
+// same session after those answers is not handed out already ended.
+func TestUnprotectedLockStaysUsableWhileItsKeepalivesAreAnswered(t *testing.T) {
+	o := startOutage(t, lockdtest.Options{})
+	c := o.env.Client(t, lockdtest.Alice)
+	o.loseQuorum(t)
+	first, err := c.Acquire(t.Context(), "t/cache/first", "", func(*client.Lock) {})
+	if err != nil || !first.Unprotected() {
+		t.Fatalf("unprotected lock: %v", err)
+	}
+	const ttl = 30 * time.Second // class cache
+	time.Sleep(2*ttl/3 + 2*time.Second)
+	if first.Err() != nil || first.State() != client.Safe {
+		t.Fatalf("two keepalive intervals into the outage the unprotected lock is %s (%v); want safe", first.State(), first.Err())
+	}
+	second, err := c.Acquire(t.Context(), "t/cache/second", "", func(*client.Lock) {})
+	if err != nil || !second.Unprotected() {
+		t.Fatalf("second unprotected lock: %v", err)
+	}
+	if second.Err() != nil || second.State() != client.Safe {
+		t.Fatalf("the second unprotected lock is %s (%v) as it is handed out; want safe", second.State(), second.Err())
+	}
+	if got := o.env.Arbiter.Posture(); got != "open" {
+		t.Fatalf("posture %s: the outage ended early, the test proves nothing", got)
+	}
+}

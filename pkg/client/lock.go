@@ -334,8 +334,8 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*L
 	lost := s.lost
 	switch {
 	case lost != nil:
-	case tok.GetEpoch() < s.epoch:
-		lost = ErrEpoch
+	case !h.unprotected && tok.GetEpoch() < s.epoch:
+		lost = ErrEpoch // an unprotected grant (token 0) belongs to no epoch
 	case s.remainingLocked() <= 0:
 		lost = ErrDeadline // granted on a session whose deadline passed meanwhile
 	}

@@ -270,7 +270,9 @@ func (s *session) onAnswer(a answer) {
 	if a.epoch > s.epoch {
 		s.epoch = a.epoch
 		for _, h := range s.holds {
-			if h.state == held && h.token.GetEpoch() < a.epoch {
+			// An unprotected hold (token 0) belongs to no epoch: it ends
+			// when lockd says so (unprotectedEnded) or at its deadline.
+			if h.state == held && !h.unprotected && h.token.GetEpoch() < a.epoch {
 				s.c.log.Warn("lock lost: the epoch advanced", "key", h.key, "epoch", h.token.GetEpoch(), "now", a.epoch)
 				fenced = append(fenced, s.loseHoldLocked(h, ErrEpoch)...)
 			}

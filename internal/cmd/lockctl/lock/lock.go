@@ -171,6 +171,11 @@ func lockRun(opts *Options) error {
 	if err != nil {
 		return err
 	}
+	if l.Unprotected() {
+		arb, seq := l.Spooled()
+		fmt.Fprintf(opts.IO.ErrOut, "lockctl: %s was granted without an etcd quorum (class %s is open on quorum loss): unprotected, token 0, "+
+			"another holder may hold it at the same time; it ends when quorum returns (grant %d of lockd %s)\n", opts.Key, l.Class(), seq, arb)
+	}
 
 	cmd := exec.Command(opts.Command[0], opts.Command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.IO.In, opts.IO.Out, opts.IO.ErrOut

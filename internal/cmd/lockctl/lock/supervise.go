@@ -103,7 +103,7 @@ func (f *Fence) killLocked() {
 // sure the command is dead by the lock's local deadline, which passes
 // before the store can expire the session:
 //
-//   - at the first failed keepalive (CanStart false) it schedules SIGTERM
+//   - at the first failed keepalive (the lock in Jeopardy) it schedules SIGTERM
 //     Grace before the deadline (at once when less time is left) and
 //     SIGKILL at the deadline; a keepalive that recovers before the SIGTERM
 //     is sent cancels both;
@@ -182,7 +182,10 @@ func (s *Supervision) Run() (lost error, waitErr error) {
 			if lost != nil {
 				continue
 			}
-			switch healthy := s.Lock.CanStart(); {
+			// The lock's own state, not CanStart: CanStart is always false
+			// for an unprotected lock (granted without quorum), which is
+			// nonetheless held until its deadline or until lockd ends it.
+			switch healthy := s.Lock.State() == client.Safe; {
 			case !healthy && kill == nil:
 				dl := s.Lock.Deadline()
 				untilKill := max(time.Until(dl), 0)
