@@ -186,6 +186,9 @@ type Arbiter struct {
 	// monoBase plus one; 0 while they succeed (noQuorumFor).
 	readsFailing atomic.Int64
 	monoBase     time.Time
+	// holdOffUntil is until when (time since monoBase) classes open on
+	// quorum loss are not granted through etcd (recovery.go).
+	holdOffUntil atomic.Int64
 
 	validate validateLimits
 
@@ -300,6 +303,9 @@ func (a *Arbiter) Start(ctx context.Context) error {
 	if err := a.initEpoch(ctx); err != nil {
 		return err
 	}
+	// Quorum may have returned a moment ago, before another arbiter saw it
+	// and wrote its open grace (recovery.go).
+	a.holdOff(a.detectionBound())
 	age := func() time.Duration { return time.Since(a.epoch.Load().readAt) }
 	a.metrics.epochReadAt.Store(&age)
 	if a.open != nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // collectLoop refreshes the store-wide session and hold gauges. Every
@@ -69,5 +71,14 @@ func (a *Arbiter) collect(ctx context.Context) error {
 		return storeErr(ctx, err)
 	}
 	a.metrics.graceActive.Set(float64(min(resp.Count, 1)))
+	open, err := a.cli.Get(cctx, keyspace.OpenGracePrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	active := 0.0
+	if open.Count > 0 || a.holdingOff() {
+		active = 1
+	}
+	a.metrics.openGraceActive.Set(active)
 	return nil
 }

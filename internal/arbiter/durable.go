@@ -93,8 +93,8 @@ func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *c
 		if g, held := d.leave(); held {
 			return a.releaseIfGone(ctx, req, g) // handed over just now
 		}
-		if att.grace {
-			return Grant{}, ErrEpochGrace
+		if att.grace != nil {
+			return Grant{}, att.grace
 		}
 		return Grant{}, ErrHeld
 	}
@@ -116,7 +116,7 @@ type durable struct {
 	ttl   time.Duration
 	qk    string
 	pos   linePos // zero until it has a place
-	grace bool    // the last attempt was refused for an epoch grace
+	grace error   // the last attempt was refused for a grace (ErrEpochGrace, ErrOpenGrace)
 	// handed receives the key from a release on this arbiter that handed
 	// it over (handoffDurable); wake is signalled by the key's line view.
 	handed chan Grant
@@ -205,8 +205,8 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 			}
 			continue
 		}
-		att, err := a.look(ctx, d.req.Key, d.req.Session, d.pos)
-		if err == nil && att.ahead == nil && att.holderLease == 0 && !att.grace && ownAt(att.own, d.pos.rev) {
+		att, err := a.look(ctx, d.req.Key, d.req.Session, d.pos, a.openGraced(d.cls))
+		if err == nil && att.ahead == nil && att.holderLease == 0 && att.grace == nil && ownAt(att.own, d.pos.rev) {
 			att, err = d.attempt(ctx, d.pos) // head, and free
 		}
 		switch {
@@ -281,8 +281,8 @@ func (d *durable) pause(ctx context.Context, dl *time.Timer) (g Grant, err error
 	case <-poll.C:
 	case <-dl.C:
 		err := ErrWaitTimeout
-		if d.grace {
-			err = fmt.Errorf("%w; the wait deadline passed first", ErrEpochGrace)
+		if d.grace != nil {
+			err = fmt.Errorf("%w; the wait deadline passed first", d.grace)
 		}
 		g, err := d.quit(ctx, err)
 		return g, err, true
@@ -330,7 +330,7 @@ func (d *durable) leave() (g Grant, held bool) {
 	st := d.a.epoch.Load()
 	start := time.Now()
 	resp, err := d.a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
-		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key))...).Commit()
+		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key), d.a.openGraced(d.cls))...).Commit()
 	d.pos = linePos{}
 	if err != nil {
 		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
@@ -426,6 +426,9 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 		cls, err := a.authorizeAcquire(w.Identity, key, "", 0)
 		if err != nil {
 			return false, nil // its own arbiter tells it, and it leaves the line
+		}
+		if a.openGraced(cls) {
+			return false, nil // granted only by its own transaction (recovery.go)
 		}
 		h := a.encodeHold(w.Identity, head.Lease, cls)
 		hq := string(head.Key)

@@ -76,6 +76,12 @@ var (
 	// ErrNoClass: no class of the key's namespace owns the key (no
 	// spec.keys prefix of it), so it cannot be locked. Nothing was granted.
 	ErrNoClass = errors.New("arbiter: no class")
+	// ErrOpenGrace: etcd's quorum returned after an outage in which keys of
+	// classes open on quorum loss may have been granted unprotected, on
+	// any arbiter; grants of such classes wait until every unprotected
+	// holder has lost its lock by its own deadline (open.go). Nothing was
+	// granted.
+	ErrOpenGrace = errors.New("arbiter: quorum has just returned: keys of classes open on quorum loss wait until every unprotected holder's deadline has passed")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -142,9 +143,11 @@ type attempt struct {
 	holderLease  int64
 	holderModRev int64
 	rev          int64
-	// grace: refused because the epoch advanced less than the grace
-	// period ago.
-	grace bool
+	// grace, when set, is why nobody may be granted the key now although
+	// nobody holds it: ErrEpochGrace (the epoch advanced less than the
+	// grace period ago) or ErrOpenGrace (quorum returned after an outage in
+	// which the key's class may have been granted unprotected).
+	grace error
 	// The durable line (see durable.go), when the attempt read it: ahead
 	// is the waiter that keeps this attempt from the key (the head for a
 	// newcomer, the predecessor for a waiter in line; nil when none), and
@@ -183,16 +186,28 @@ type linePos struct {
 func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
 	hk := holdKey(key)
 	lineCmps, lineThen, lineReads := lineOps(key, lease, pos)
+	open := a.openGraced(h.cls)
+	grace := clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0)
+	if open {
+		// No key under the grace key: neither the epoch grace nor any
+		// arbiter's open grace (recovery.go).
+		grace = grace.WithPrefix()
+	}
 	for range 3 {
 		st := a.epoch.Load()
 		if st.sealed {
 			return attempt{}, sealedErr(st)
 		}
+		if open && a.holdingOff() {
+			// Quorum has just returned: another arbiter may not have
+			// written its open grace yet. Wait like a contender.
+			return attempt{epoch: st.epoch, grace: ErrOpenGrace}, nil
+		}
 		cctx, cancel := a.txnCtx(ctx)
 		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
-			clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0),
+			grace,
 		}, lineCmps...)
 		if skipAbsenceCompare {
 			cmps = cmps[1:]
@@ -201,7 +216,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int
 		resp, err := a.cli.Txn(cctx).
 			If(cmps...).
 			Then(append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
-			Else(append(holdReads(hk), lineReads...)...).
+			Else(append(holdReads(hk, open), lineReads...)...).
 			Commit()
 		cancel()
 		if err != nil {
@@ -302,9 +317,33 @@ func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos) {
 func ownAt(own *mvccpb.KeyValue, rev int64) bool { return own != nil && own.CreateRevision == rev }
 
 // holdReads are the reads that explain a refused grant: the hold, the
-// epoch record and the grace key.
-func holdReads(hk string) []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(graceKey, clientv3.WithCountOnly())}
+// epoch record and the grace key; for a class open on quorum loss (open),
+// every key under the grace key, which holds the open graces too
+// (recovery.go).
+func holdReads(hk string, open bool) []clientv3.Op {
+	grace := clientv3.OpGet(graceKey, clientv3.WithCountOnly())
+	if open {
+		grace = clientv3.OpGet(graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	}
+	return []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), grace}
+}
+
+// graceOf says which grace the grace read of holdReads found: the epoch
+// grace key itself (a count, or a key) or an open grace under it; nil when
+// neither.
+func graceOf(r *etcdserverpb.RangeResponse) error {
+	if len(r.GetKvs()) == 0 {
+		if r.GetCount() > 0 {
+			return ErrEpochGrace
+		}
+		return nil
+	}
+	for _, kv := range r.GetKvs() {
+		if string(kv.Key) == graceKey {
+			return ErrEpochGrace
+		}
+	}
+	return ErrOpenGrace
 }
 
 // readResult is what holdReads found.
@@ -331,10 +370,9 @@ func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start 
 		return attempt{}, epochMoved, nil
 	}
 	at := attempt{epoch: st.epoch, rev: resp.Header.Revision}
-	if resp.Responses[2].GetResponseRange().Count > 0 {
-		// The epoch has just advanced: wait like a contender until the old
-		// epoch's holders have all been fenced.
-		at.grace = true
+	if at.grace = graceOf(resp.Responses[2].GetResponseRange()); at.grace != nil {
+		// The epoch has just advanced, or an open class's key waits out
+		// unprotected holders: wait like a contender until they are fenced.
 		return at, found, nil
 	}
 	if len(holds) == 0 {
@@ -349,20 +387,21 @@ func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start 
 }
 
 // readHold reads who holds hk (without trying to take it), for a caller
-// that must not jump the queue.
-func (a *Arbiter) readHold(ctx context.Context, hk string) (attempt, error) {
-	return a.read(ctx, hk, nil, linePos{})
+// that must not jump the queue; open says the key's class is open on quorum
+// loss, so an open grace counts (recovery.go).
+func (a *Arbiter) readHold(ctx context.Context, hk string, open bool) (attempt, error) {
+	return a.read(ctx, hk, open, nil, linePos{})
 }
 
 // look is a durable waiter's read of the hold and of its place in line
 // (who is ahead, its own key), writing nothing.
-func (a *Arbiter) look(ctx context.Context, key string, session int64, pos linePos) (attempt, error) {
-	return a.read(ctx, holdKey(key), lineReads(key, session, pos), pos)
+func (a *Arbiter) look(ctx context.Context, key string, session int64, pos linePos, open bool) (attempt, error) {
+	return a.read(ctx, holdKey(key), open, lineReads(key, session, pos), pos)
 }
 
 // read runs holdReads, and lineReads for a caller at pos, in one read-only
 // transaction.
-func (a *Arbiter) read(ctx context.Context, hk string, lineReads []clientv3.Op, pos linePos) (attempt, error) {
+func (a *Arbiter) read(ctx context.Context, hk string, open bool, lineReads []clientv3.Op, pos linePos) (attempt, error) {
 	for range 3 {
 		st := a.epoch.Load()
 		if st.sealed {
@@ -370,7 +409,7 @@ func (a *Arbiter) read(ctx context.Context, hk string, lineReads []clientv3.Op, 
 		}
 		cctx, cancel := a.callCtx(ctx)
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).Then(append(holdReads(hk), lineReads...)...).Commit()
+		resp, err := a.cli.Txn(cctx).Then(append(holdReads(hk, open), lineReads...)...).Commit()
 		cancel()
 		if err != nil {
 			return attempt{}, storeErr(ctx, err)
@@ -509,8 +548,8 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		return g, err
 	}
 	switch {
-	case req.Wait == 0 && att.grace:
-		return Grant{}, ErrEpochGrace
+	case req.Wait == 0 && att.grace != nil:
+		return Grant{}, att.grace
 	case req.Wait == 0:
 		return Grant{}, ErrHeld
 	}
@@ -550,7 +589,7 @@ func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk string, 
 	if dup {
 		a.supersede(req.Key, req.Session)
 	}
-	att, err := a.readHold(ctx, hk)
+	att, err := a.readHold(ctx, hk, a.openGraced(cls))
 	return att, true, err
 }
 

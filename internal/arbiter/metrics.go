@@ -39,6 +39,10 @@ type Metrics struct {
 	// graceActive is 1 while an epoch advance's grace key exists (grants
 	// wait it out); refreshed with the store-wide gauges.
 	graceActive prometheus.Gauge
+	// openGraceActive is 1 while this arbiter holds classes open on quorum
+	// loss back after an outage: an open grace exists or it is holding off
+	// (recovery.go); refreshed with the store-wide gauges.
+	openGraceActive prometheus.Gauge
 	// epochReadAt is when this arbiter last confirmed the epoch with a
 	// linearizable read, for lockd_epoch_read_age_seconds: a read that
 	// needs a quorum, so its age grows while the store has none.
@@ -125,7 +129,10 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		[]string{"namespace", "class"})
 	m.unprotectedShipped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_unprotected_shipped_total", Help: "Unprotected grants shipped from the spool to the store (and so to the history) after quorum returned."})
-	reg.MustRegister(m.openPosture, m.unprotectedGrants, m.unprotectedShipped)
+	m.openGraceActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_open_grace_active",
+		Help: "1 while this lockd grants no key of a class open on quorum loss through etcd, because quorum has just returned and a holder of an unprotected grant may still be acting on it."})
+	reg.MustRegister(m.openPosture, m.unprotectedGrants, m.unprotectedShipped, m.openGraceActive)
 	m.graceActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_epoch_grace_active", Help: "1 while grants wait out an epoch advance's grace (the grace key exists in the store)."})
 	epochReadAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

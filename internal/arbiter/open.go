@@ -94,6 +94,11 @@ type openState struct {
 	holds     map[string]*openHold // lock key -> hold (mu)
 	appends   int                  // spool appends in flight (mu)
 	unshipped bool                 // the spool has entries to ship (mu)
+	// localOpened counts the local sessions opened since the last open
+	// grace was written, and maxLocalTTL is their longest TTL (mu): an
+	// outage that opened none needs no grace (recovery.go).
+	localOpened int
+	maxLocalTTL time.Duration
 	// changed is closed (and replaced) when a hold ends or the posture
 	// changes: waiters look again.
 	changed chan struct{}
@@ -146,7 +151,11 @@ func (a *Arbiter) noQuorumFor() time.Duration {
 // noQuorumFor.
 func (a *Arbiter) noteEpochRead(err error) {
 	if err == nil {
-		a.readsFailing.Store(0)
+		if a.readsFailing.Swap(0) != 0 {
+			// Quorum is back here; another arbiter may not have seen it yet
+			// (recovery.go).
+			a.holdOff(a.detectionBound())
+		}
 		return
 	}
 	a.readsFailing.CompareAndSwap(0, int64(time.Since(a.monoBase))+1)
@@ -198,6 +207,12 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 		return
 	case p == postureRecovering || (p == postureQuorum && unshipped && fresh):
 		o.mu.Unlock()
+		if err := a.writeOpenGrace(ctx); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("writing the open grace failed; retrying (open classes stay refused until it is written)", "err", err)
+			}
+			return
+		}
 		n, err := a.shipSpool(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -231,6 +246,10 @@ func (a *Arbiter) openSessionLocal(who, ns string, ttl time.Duration) (int64, er
 		}
 	}
 	a.noteTTL(ttl)
+	a.open.mu.Lock()
+	a.open.localOpened++
+	a.open.maxLocalTTL = max(a.open.maxLocalTTL, ttl)
+	a.open.mu.Unlock()
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
 	a.log.Warn("local session opened without quorum (its holds are unprotected and end when quorum returns)", "session", info.id, "identity", who, "ttl", ttl.String())
 	return info.id, nil

@@ -228,8 +228,11 @@ func TestOpenPostureGrantsOnlyOpenClassesUnprotectedAndShipsThemWhenQuorumReturn
 		t.Errorf("Stats for t/cache: %d unprotected of %d grants, want 3 unprotected", unprotected, grants)
 	}
 
+	// Granted by etcd again once every unprotected holder's deadline has
+	// passed (the open grace, recovery_test.go).
 	fresh := openSession(t, alice, 30*time.Second)
-	g, err := acquire(t.Context(), alice, fresh, "t/cache/c1", "cache", 0)
+	defer keepRenewing(t, alice, fresh)() // through the wait
+	g, err := acquire(t.Context(), alice, fresh, "t/cache/c1", "cache", 90*time.Second)
 	if err != nil || g.GetUnprotected() || g.GetToken().GetValue() == 0 {
 		t.Fatalf("the open class with quorum back: %v %v; want a protected grant", g, err)
 	}
@@ -390,7 +393,8 @@ func TestKilledLockdLosesNoAcknowledgedUnprotectedGrant(t *testing.T) {
 func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	o := startOutage(t, lockdtest.Options{})
 	c := o.env.Client(t, lockdtest.Alice)
-	pre, err := c.Acquire(t.Context(), "t/cache/client-pre", "cache", func(*client.Lock) {})
+	// Waits out the hold-off of a lockd just started (recovery.go).
+	pre, err := c.Acquire(t.Context(), "t/cache/client-pre", "cache", func(*client.Lock) {}, client.Wait(30*time.Second))
 	if err != nil || pre.Unprotected() {
 		t.Fatalf("acquire with quorum: %v", err)
 	}
@@ -425,7 +429,7 @@ func TestClientSeesAnUnprotectedLockAndWhyItEnded(t *testing.T) {
 	}
 	lockdtest.WaitFor(t, 30*time.Second, "the protected lock safe again", func() bool { return pre.CanStart() })
 
-	l, err = c.Acquire(t.Context(), "t/cache/client", "cache", func(*client.Lock) {})
+	l, err = c.Acquire(t.Context(), "t/cache/client", "cache", func(*client.Lock) {}, client.Wait(90*time.Second))
 	if err != nil || l.Unprotected() || l.Token() == 0 || !l.CanStart() {
 		t.Fatalf("acquire with quorum back: %v (unprotected %v); want a protected lock", err, l != nil && l.Unprotected())
 	}

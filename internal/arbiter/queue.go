@@ -53,10 +53,10 @@ type queue struct {
 	op      chanMutex
 	waiters []*waiter  // guarded by Arbiter.qmu
 	holder  holderHint // guarded by Arbiter.qmu
-	// grace: the last attempt here was refused because grants wait out an
-	// epoch advance's grace, not because anyone holds the key. Guarded by
-	// Arbiter.qmu.
-	grace       bool
+	// grace: the last attempt here was refused because grants wait out a
+	// grace (ErrEpochGrace, ErrOpenGrace), not because anyone holds the
+	// key. Guarded by Arbiter.qmu.
+	grace       error
 	cancelWatch context.CancelFunc
 }
 
@@ -297,8 +297,8 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 func (a *Arbiter) waitTimeout(key string) error {
 	a.qmu.Lock()
 	defer a.qmu.Unlock()
-	if q := a.queues[key]; q != nil && q.grace {
-		return fmt.Errorf("%w; the wait deadline passed first", ErrEpochGrace)
+	if q := a.queues[key]; q != nil && q.grace != nil {
+		return fmt.Errorf("%w; the wait deadline passed first", q.grace)
 	}
 	return ErrWaitTimeout
 }
@@ -322,7 +322,7 @@ func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter
 	if err == nil && att.granted {
 		a.qmu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
-		q.grace = false
+		q.grace = nil
 		a.leave(req.Key, w, false)
 		a.qmu.Unlock()
 		return att.grant, true, nil
@@ -427,6 +427,13 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			}
 			a.qmu.Unlock()
 			signal(w.wake)
+		}
+		if a.openGraced(cls) {
+			// A class open on quorum loss is granted only by its waiter's
+			// own transaction, which waits out an open grace (recovery.go):
+			// release, and the woken head tries.
+			unclaim()
+			return false, false, false, nil
 		}
 		h := a.encodeHold(w.identity, w.session, cls)
 		cctx, cancel := a.txnCtx(ctx)

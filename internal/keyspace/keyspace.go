@@ -32,6 +32,12 @@ const (
 	// GraceKey exists from an epoch advance until every old holder is
 	// fenced.
 	GraceKey = "/sys/epoch-grace"
+	// OpenGracePrefix + arbiter ID exists, on a lease, from the moment an
+	// arbiter that granted unprotected holds (its open posture) sees quorum
+	// again until each of those holders has lost its lock by its deadline:
+	// no key of a class open on quorum loss is granted meanwhile. It lies
+	// under GraceKey so that one range compare covers both graces.
+	OpenGracePrefix = GraceKey + "/open/"
 	// ForceRecordPrefix + request ID is an approved force-release, written
 	// in the transaction that deletes the hold.
 	ForceRecordPrefix = "/sys/force/"
@@ -39,6 +45,9 @@ const (
 	// the tailer ignores changes under it.
 	AuditPrefix = "/sys/audit/"
 )
+
+// OpenGraceKey is the etcd key of arbiter's open grace.
+func OpenGraceKey(arbiter string) string { return OpenGracePrefix + arbiter }
 
 // HoldKey is the etcd key of lock key's hold.
 func HoldKey(key string) string { return HoldPrefix + key }

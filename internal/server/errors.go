@@ -45,6 +45,7 @@ const (
 	ReasonNoQuorumSession = "NO_QUORUM_SESSION"
 	ReasonClassMismatch   = "CLASS_MISMATCH"
 	ReasonNoClass         = "NO_CLASS"
+	ReasonOpenGrace       = "OPEN_GRACE"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -86,6 +87,7 @@ var errorTable = []struct {
 	{arbiter.ErrNoQuorumSession, codes.FailedPrecondition, ReasonNoQuorumSession},
 	{arbiter.ErrClassMismatch, codes.FailedPrecondition, ReasonClassMismatch},
 	{arbiter.ErrNoClass, codes.FailedPrecondition, ReasonNoClass},
+	{arbiter.ErrOpenGrace, codes.FailedPrecondition, ReasonOpenGrace},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

@@ -49,6 +49,7 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{fmt.Errorf("%w (class t/cache)", arbiter.ErrNoQuorumSession), client.ErrNoQuorumSession},
 		{fmt.Errorf("%w: key t/fast/a belongs to class t/fast", arbiter.ErrClassMismatch), client.ErrClassMismatch},
 		{fmt.Errorf("%w: no class of namespace t owns key t/x", arbiter.ErrNoClass), client.ErrNoClass},
+		{arbiter.ErrOpenGrace, client.ErrOpenGrace},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

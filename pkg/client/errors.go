@@ -131,6 +131,10 @@ var (
 	// ErrNoClass: no class owns the key, so it cannot be locked until a
 	// class of its namespace lists a prefix of it.
 	ErrNoClass = errors.New("client: no class owns the key")
+	// ErrOpenGrace: etcd's quorum has just returned after an outage, and
+	// keys of classes open on quorum loss wait until every unprotected
+	// holder's deadline has passed. An Acquire with a Wait waits it out.
+	ErrOpenGrace = errors.New("client: quorum has just returned; keys of classes open on quorum loss wait until unprotected holders have lost their locks")
 )
 
 // reasonDomain is the ErrorInfo domain of lockd's reasons.
@@ -165,6 +169,7 @@ var reasons = map[string][]error{
 	"NO_QUORUM_SESSION": {ErrNoQuorumSession},
 	"CLASS_MISMATCH":    {ErrClassMismatch},
 	"NO_CLASS":          {ErrNoClass},
+	"OPEN_GRACE":        {ErrOpenGrace},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is

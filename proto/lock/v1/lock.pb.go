@@ -96,6 +96,12 @@ const (
 	// No class of the key's namespace owns the key, so it cannot be locked
 	// until a class lists a prefix of it. gRPC code FAILED_PRECONDITION.
 	ErrorReason_ERROR_REASON_NO_CLASS ErrorReason = 26
+	// etcd's quorum has just returned after an outage in which keys of a class
+	// open on quorum loss may have been granted unprotected: grants of such
+	// classes wait until every unprotected holder has lost its lock by its
+	// own deadline. A waiting Acquire is granted when that passes. Nothing was
+	// granted. gRPC code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_OPEN_GRACE ErrorReason = 27
 )
 
 // Enum value maps for ErrorReason.
@@ -128,6 +134,7 @@ var (
 		24: "ERROR_REASON_NO_QUORUM_SESSION",
 		25: "ERROR_REASON_CLASS_MISMATCH",
 		26: "ERROR_REASON_NO_CLASS",
+		27: "ERROR_REASON_OPEN_GRACE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -157,6 +164,7 @@ var (
 		"ERROR_REASON_NO_QUORUM_SESSION": 24,
 		"ERROR_REASON_CLASS_MISMATCH":    25,
 		"ERROR_REASON_NO_CLASS":          26,
+		"ERROR_REASON_OPEN_GRACE":        27,
 	}
 )
 
@@ -4304,7 +4312,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xa8\x06\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xc5\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4333,7 +4341,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x18ERROR_REASON_HISTORY_OFF\x10\x17\x12\"\n" +
 	"\x1eERROR_REASON_NO_QUORUM_SESSION\x10\x18\x12\x1f\n" +
 	"\x1bERROR_REASON_CLASS_MISMATCH\x10\x19\x12\x19\n" +
-	"\x15ERROR_REASON_NO_CLASS\x10\x1a*\x95\x01\n" +
+	"\x15ERROR_REASON_NO_CLASS\x10\x1a\x12\x1b\n" +
+	"\x17ERROR_REASON_OPEN_GRACE\x10\x1b*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

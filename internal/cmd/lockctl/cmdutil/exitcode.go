@@ -38,7 +38,7 @@ func ExitCodeFor(err error) int {
 // exitCodeForRPC maps an RPC error that client.Decode has wrapped.
 func exitCodeForRPC(err error) int {
 	switch {
-	case errors.Is(err, client.ErrSealed), errors.Is(err, client.ErrEpochGrace), errors.Is(err, client.ErrUnavailable):
+	case errors.Is(err, client.ErrSealed), errors.Is(err, client.ErrEpochGrace), errors.Is(err, client.ErrOpenGrace), errors.Is(err, client.ErrUnavailable):
 		return cli.ExitUnavailable
 	case errors.Is(err, client.ErrDenied), errors.Is(err, client.ErrNotOperator), errors.Is(err, client.ErrSamePerson):
 		return cli.ExitNoPerm
