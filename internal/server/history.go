@@ -188,13 +188,22 @@ func tokenProto(v uint64) *lockv1.Token {
 	return &lockv1.Token{Value: v, Epoch: epoch, Revision: rev}
 }
 
-// HistoryStats implements lock.v1.
+// HistoryStats implements lock.v1. Like ClassStats, it answers for the
+// namespaces the caller has grants in (every namespace, for an operator):
+// another team's class names, counts and longest hold are not the
+// caller's to read.
 func (s *Server) HistoryStats(ctx context.Context, req *lockv1.HistoryStatsRequest) (*lockv1.HistoryStatsResponse, error) {
-	if _, err := s.caller(ctx); err != nil {
+	id, err := s.caller(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if s.history == nil {
 		return nil, toStatus(ErrHistoryOff)
+	}
+	operator := s.arb.IsOperator(id)
+	mine := s.arb.Policy().Authz.NamespacesOf(id.String())
+	if !operator && len(mine) == 0 {
+		return &lockv1.HistoryStatsResponse{}, nil // no namespace of its own: nothing to read
 	}
 	var since, until time.Time
 	if req.GetSince() != nil {
@@ -211,6 +220,9 @@ func (s *Server) HistoryStats(ctx context.Context, req *lockv1.HistoryStatsReque
 	resp := &lockv1.HistoryStatsResponse{}
 	for _, c := range stats {
 		ns, name, _ := strings.Cut(c.Class, "/")
+		if !operator && !slices.Contains(mine, ns) {
+			continue
+		}
 		resp.Classes = append(resp.Classes, &lockv1.ClassHistory{Namespace: ns, Class: name, Grants: c.Grants, Expiries: c.Expiries,
 			Forced: c.Forced, LongestHold: durationpb.New(c.Longest)})
 	}

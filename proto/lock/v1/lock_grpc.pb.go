@@ -74,8 +74,9 @@ type LockServiceClient interface {
 	// Operators see tokens; other callers see keys they may lock, without.
 	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (*HistoryResponse, error)
 	// HistoryStats aggregates the audit history per class over a window:
-	// holds started, expired and forced, and the longest hold that ended.
-	// Every caller may ask; it names no key and no holder.
+	// holds started, expired and forced, and the longest hold that ended. It
+	// answers for the namespaces the caller has grants in (every namespace,
+	// for an operator), like ClassStats; it names no key and no holder.
 	HistoryStats(ctx context.Context, in *HistoryStatsRequest, opts ...grpc.CallOption) (*HistoryStatsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -283,8 +284,9 @@ type LockServiceServer interface {
 	// Operators see tokens; other callers see keys they may lock, without.
 	History(context.Context, *HistoryRequest) (*HistoryResponse, error)
 	// HistoryStats aggregates the audit history per class over a window:
-	// holds started, expired and forced, and the longest hold that ended.
-	// Every caller may ask; it names no key and no holder.
+	// holds started, expired and forced, and the longest hold that ended. It
+	// answers for the namespaces the caller has grants in (every namespace,
+	// for an operator), like ClassStats; it names no key and no holder.
 	HistoryStats(context.Context, *HistoryStatsRequest) (*HistoryStatsResponse, error)
 	// ListSessions lists sessions: the caller's own, or all for an operator.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
