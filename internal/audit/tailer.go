@@ -235,13 +235,16 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 		// First tail of this cluster: the history starts where its epoch
 		// did, so the advance that made a restored or rebuilt store usable
 		// (and the holds it deleted) is in it; else at a snapshot now.
-		st, from = t.start(ctx, cluster, resp.Responses[0].GetResponseRange().Kvs, head)
+		st, from, err = t.start(ctx, cluster, resp.Responses[0].GetResponseRange().Kvs, head)
+		if err != nil {
+			return err
+		}
 		if err := t.saveCheckpoint(ctx, f, cluster, from-1); err != nil {
 			return err
 		}
 		t.cfg.Logger.Info("audit history starts", "cluster", hex(cluster), "revision", from)
 	} else {
-		er, err := cli.Get(ctx, keyspace.EpochKey, clientv3.WithRev(cp))
+		st, _, err = t.streamAt(ctx, cluster, cp)
 		switch {
 		case errors.Is(err, rpctypes.ErrFutureRev):
 			st, from, err = t.gap(ctx, f, cluster, head+1, fmt.Sprintf("the store (revision %d) is behind the checkpoint (%d): restored or rebuilt under the same cluster ID", head, cp))
@@ -255,8 +258,6 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 			}
 		case err != nil:
 			return err
-		default:
-			st = newStream(cluster, epochOf(er.Kvs))
 		}
 	}
 	t.setStored(cluster, from-1)
@@ -283,21 +284,70 @@ func (t *Tailer) tail(ctx context.Context, f fence) error {
 // start is where the first tail of a cluster begins: at the revision its
 // epoch record was written for this cluster (an advance or the first
 // epoch), when etcd still has the revision before it; else just after head.
-func (t *Tailer) start(ctx context.Context, cluster uint64, epochKVs []*mvccpb.KeyValue, head int64) (*stream, int64) {
-	now := newStream(cluster, epochOf(epochKVs))
+func (t *Tailer) start(ctx context.Context, cluster uint64, epochKVs []*mvccpb.KeyValue, head int64) (*stream, int64, error) {
+	now := func() (*stream, int64, error) {
+		st, _, err := t.streamAt(ctx, cluster, head)
+		return st, head + 1, err
+	}
 	if len(epochKVs) == 0 {
-		return now, head + 1
+		return now()
 	}
 	_, recCluster, err := keyspace.DecodeEpoch(epochKVs[0].Value)
 	at := epochKVs[0].ModRevision
 	if err != nil || recCluster != cluster || at <= 1 {
-		return now, head + 1 // sealed: the advance is still to come
+		return now() // sealed: the advance is still to come
 	}
-	before, err := t.cfg.Client.Get(ctx, keyspace.EpochKey, clientv3.WithRev(at-1))
+	st, _, err := t.streamAt(ctx, cluster, at-1)
 	if err != nil {
-		return now, head + 1 // compacted: a snapshot now
+		return now() // compacted: a snapshot now
 	}
-	return newStream(cluster, epochOf(before.Kvs)), at
+	return st, at, nil
+}
+
+// streamAt is the classifier's state as the store had it at rev (0: now),
+// and that revision: the epoch in force, and the sessions a force-release
+// asked to revoke that were still there (the revoke comes in a later
+// revision than the force record; their holds end by it and are forced,
+// not expired). A tailer resuming from a checkpoint reads them back here:
+// the tailer that read the force record kept them only in its memory.
+// Force records live ForceRecordTTL (a day), far longer than a restart.
+// A revision etcd compacted is rpctypes.ErrCompacted, whichever read
+// meets it.
+func (t *Tailer) streamAt(ctx context.Context, cluster uint64, rev int64) (*stream, int64, error) {
+	cli := t.cfg.Client
+	resp, err := cli.Txn(ctx).Then(
+		clientv3.OpGet(keyspace.EpochKey, clientv3.WithRev(rev)),
+		clientv3.OpGet(keyspace.ForceRecordPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev)),
+	).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	st := newStream(cluster, epochOf(resp.Responses[0].GetResponseRange().Kvs))
+	asked, at := map[int64]keyspace.Force{}, map[int64]int64{} // by session: the latest record, as classify keeps it
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		f, err := keyspace.DecodeForce(kv.Value)
+		if err != nil {
+			t.cfg.Logger.Warn("audit: a force record did not decode; if it revokes a session, that session's holds are recorded as expired",
+				"cluster", hex(cluster), "key", string(kv.Key), "revision", rev)
+			continue
+		}
+		if f.RevokeSession && f.Session != 0 && kv.ModRevision > at[f.Session] {
+			asked[f.Session], at[f.Session] = f, kv.ModRevision
+		}
+	}
+	for id, f := range asked {
+		sr, err := cli.Get(ctx, keyspace.SessionKey(id), clientv3.WithRev(rev), clientv3.WithCountOnly())
+		if err != nil {
+			return nil, 0, err
+		}
+		if sr.Count > 0 { // else revoked already, at or before rev
+			st.revoking[id] = f
+		}
+	}
+	return st, rev, nil
 }
 
 type compacted struct{ rev int64 }
@@ -306,12 +356,11 @@ func (c compacted) Error() string { return fmt.Sprintf("audit: watch compacted a
 
 // gap records that revisions from..now are lost and snapshots again.
 func (t *Tailer) gap(ctx context.Context, f fence, cluster uint64, from int64, why string) (*stream, int64, error) {
-	resp, err := t.cfg.Client.Get(ctx, keyspace.EpochKey)
+	st, head, err := t.streamAt(ctx, cluster, 0)
 	if err != nil {
 		return nil, 0, err
 	}
-	head := resp.Header.Revision
-	epoch := epochOf(resp.Kvs)
+	epoch := st.epoch
 	row := Event{ClusterID: cluster, Epoch: epoch, Revision: head, Kind: KindGap, ObservedAt: t.cfg.Now().UTC(),
 		GapFrom: from, GapTo: head, Reason: why}
 	if err := t.write(ctx, []Event{row}); err != nil {
@@ -323,7 +372,7 @@ func (t *Tailer) gap(ctx context.Context, f fence, cluster uint64, from int64, w
 	t.m.gaps.WithLabelValues(hex(cluster)).Inc()
 	t.cfg.Logger.Error("audit gap recorded: revisions are missing from the history", "cluster", hex(cluster), "from", from, "to", head, "why", why)
 	t.setStored(cluster, head)
-	return newStream(cluster, epoch), head + 1, nil
+	return st, head + 1, nil
 }
 
 // watch tails from rev until an error; a compaction comes back as compacted.
