@@ -2,10 +2,13 @@
 // history the audit tailer wrote must hold every grant a worker observed
 // (same token), every release a worker made and every force-release the
 // gate made, ended the right way, with no token granted twice and no gap.
+// When a force-release revoked the holder's session, the other holds the
+// revoke ended are forced too, and recorded so, never as expired.
 package auditcheck
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
@@ -22,6 +25,11 @@ type Result struct {
 	Unprotected int `json:"unprotected"`
 	Releases    int `json:"releases"`
 	Forces      int `json:"forces"`
+	// Revokes are the force-releases that revoked the holder's session;
+	// RevokedHolds the other holds of those sessions the revoke ended,
+	// each checked to be recorded as a force-release with the operators.
+	Revokes      int `json:"revokes"`
+	RevokedHolds int `json:"revokedHolds"`
 	// RolledBack are observed grants or releases missing from the history
 	// inside a restore's or a rebuild's window: the store itself lost them
 	// (rolled back to the snapshot, or wiped) before the tailer read them.
@@ -48,7 +56,11 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 		seq     uint64
 	}
 	unprotected := map[spooled]audit.Event{}
+	bySession := map[int64][]audit.Event{} // session -> rows that ended its holds
 	for _, r := range rows {
+		if r.EndedSession != 0 {
+			bySession[r.EndedSession] = append(bySession[r.EndedSession], r)
+		}
 		res.ByKind[string(r.Kind)]++
 		switch r.Kind {
 		case audit.KindUnprotected:
@@ -133,10 +145,11 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 				res.RolledBack++
 			case len(rs) == 0:
 				res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) is not in the history", op.Key, op.Token))
-			case !anyRow(rs, func(r audit.Event) bool {
-				return r.Kind == audit.KindForceRelease && r.Approver != "" && r.Requester != "" && r.Reason != ""
-			}):
+			case !anyRow(rs, forcedByOperators):
 				res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) is not recorded as one with its operators and reason: %s", op.Key, op.Token, where(rs)))
+			case op.Revoke:
+				res.Revokes++
+				res.checkRevoked(op, rs, bySession[op.Session])
 			}
 		}
 	}
@@ -159,6 +172,35 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 	}
 	sort.Strings(res.Problems)
 	return res
+}
+
+func forcedByOperators(r audit.Event) bool {
+	return r.Kind == audit.KindForceRelease && r.Approver != "" && r.Requester != "" && r.Reason != ""
+}
+
+// checkRevoked checks the holds that force-release op ended by revoking
+// their session (op.Session), besides the forced one (its rows forced):
+// each ended after the force record, in the same store, and unless its
+// holder released it (or closed the session) first, or an epoch advance
+// deleted it, the revoke ended it, and it must be recorded as a
+// force-release naming the operators and the reason, not as an expiry.
+func (res *Result) checkRevoked(op history.Op, forced, ended []audit.Event) {
+	i := slices.IndexFunc(forced, forcedByOperators)
+	at := forced[i]
+	for _, r := range ended {
+		if r.ClusterID != at.ClusterID || r.Revision <= at.Revision || r.EndedToken == op.Token {
+			continue
+		}
+		switch r.Kind {
+		case audit.KindRelease, audit.KindHandoff, audit.KindSessionClose, audit.KindEpochAdvance:
+			continue
+		}
+		res.RevokedHolds++
+		if !forcedByOperators(r) {
+			res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) revoked session %d, which ended its hold of %s (token %d); the history says %s, not a force-release with the operators and reason",
+				op.Key, op.Token, op.Session, r.Key, r.EndedToken, where([]audit.Event{r})))
+		}
+	}
 }
 
 // prevWipe is when the store life f ended began: the end of the restore or

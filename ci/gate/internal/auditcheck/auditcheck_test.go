@@ -53,3 +53,55 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		})
 	}
 }
+
+func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
+	// Session 7 holds gate/k1 (token 200) and gate/k3 (token 300). The
+	// operators force gate/k1's hold and revoke the session, which ends
+	// gate/k3's hold too, a revision later.
+	force := history.Op{Worker: 999, Kind: history.Force, Key: "gate/k1", Token: 200, Outcome: history.Ok, Call: 52e9, Session: 7, Revoke: true}
+	grants := []audit.Event{
+		{ClusterID: 1, Revision: 200, Key: "gate/k1", Kind: audit.KindGrant, Token: 200, Session: 7},
+		{ClusterID: 1, Revision: 150, Key: "gate/k3", Kind: audit.KindGrant, Token: 300, Session: 7},
+		{ClusterID: 1, Revision: 201, Key: "gate/k1", Kind: audit.KindForceRelease, EndedToken: 200, EndedSession: 7, Requester: "a", Approver: "b", Reason: "r"},
+	}
+	ended := func(kind audit.Kind, rev int64, operators bool) audit.Event {
+		r := audit.Event{ClusterID: 1, Revision: rev, Key: "gate/k3", Kind: kind, EndedToken: 300, EndedSession: 7}
+		if operators {
+			r.Requester, r.Approver, r.Reason = "a", "b", "r"
+		}
+		return r
+	}
+	tests := []struct {
+		name    string
+		force   history.Op
+		end     audit.Event
+		revoked int
+		want    string // a problem containing this; "" passes
+	}{
+		{"forced at the revoke", force, ended(audit.KindForceRelease, 202, true), 1, ""},
+		{"recorded as an expiry at the revoke", force, ended(audit.KindExpiry, 202, false), 1,
+			"revoked session 7, which ended its hold of gate/k3 (token 300); the history says expiry gate/k3 at 1/0/202"},
+		{"forced without the operators", force, ended(audit.KindForceRelease, 202, false), 1, "the history says force-release gate/k3"},
+		{"released by its holder before the revoke", force, ended(audit.KindRelease, 202, false), 0, ""},
+		{"ended before the force-release", force, ended(audit.KindExpiry, 180, false), 0, ""},
+		{"a force-release that did not revoke: a later expiry is an expiry", func() history.Op { f := force; f.Revoke = false; return f }(),
+			ended(audit.KindExpiry, 400, false), 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := Run([]history.Op{tt.force}, append(append([]audit.Event{}, grants...), tt.end), nil)
+			if res.RevokedHolds != tt.revoked {
+				t.Fatalf("revoked holds checked: %d, want %d", res.RevokedHolds, tt.revoked)
+			}
+			if tt.want == "" {
+				if !res.Passed() {
+					t.Fatalf("problems: %v", res.Problems)
+				}
+				return
+			}
+			if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), tt.want) {
+				t.Fatalf("problems %v; want one with %q", res.Problems, tt.want)
+			}
+		})
+	}
+}

@@ -18,7 +18,11 @@
 //     token.
 //   - Quorum loss (quorum.go): while two members are stopped, closed classes
 //     grant nothing and open ones only unprotected grants (token 0), which
-//     are in neither model.
+//     are in neither model; no consensus grant of a key commits while an
+//     unprotected holder of it has not been told its lock ended; an
+//     unprotected lock stays usable while the outage lasts; and an Acquire
+//     naming a class that does not own the key is refused, with quorum and
+//     without.
 //
 // What it does not check: the lock model cannot see lease expiry, so an
 // acquire over a key that is still held is allowed (the earlier holder is
@@ -44,6 +48,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -72,6 +77,9 @@ type Options struct {
 	// OpenKeys are the keys taken under a class with onQuorumLoss: open;
 	// every other key's class is closed.
 	OpenKeys []string
+	// OpenTTL is the open class's TTL: an unprotected lock's keepalives go
+	// out every OpenTTL/3.
+	OpenTTL time.Duration
 }
 
 // Grant identifies one granted acquire.
@@ -264,7 +272,7 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 		res.Details = append(res.Details, describeLate(u))
 	}
 	res.Violations += len(res.LateUnits)
-	res.QuorumLoss = checkQuorumLoss(sorted, opt.Faults, opt.OpenKeys)
+	res.QuorumLoss = checkQuorumLoss(sorted, opt)
 	res.Details = append(res.Details, res.QuorumLoss.Details...)
 	res.Violations += len(res.QuorumLoss.Details)
 	return res, errors.Join(errs...)
@@ -273,10 +281,7 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 func validate(ops []history.Op) error {
 	for _, op := range ops {
 		where := fmt.Sprintf("check: w%d op %d (%s %q)", op.Worker, op.Seq, op.Kind, op.Key)
-		switch op.Kind {
-		case history.Acquire, history.Check, history.Read, history.Write, history.Release,
-			history.Reenter, history.Unhold, history.Force, history.Lost, history.Gone, history.Unprotected:
-		default:
+		if !slices.Contains(history.Kinds, op.Kind) {
 			return fmt.Errorf("%s: unknown kind", where)
 		}
 		switch op.Outcome {

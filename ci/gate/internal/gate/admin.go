@@ -126,10 +126,13 @@ func (o *operators) inspect(ctx context.Context, key string) (*lockv1.InspectRes
 	return lockv1.NewLockServiceClient(o.conns[0]).Inspect(cctx, &lockv1.InspectRequest{Key: key})
 }
 
-func (o *operators) requestForce(ctx context.Context, key string) (*lockv1.RequestForceReleaseResponse, error) {
+// requestForce asks for key's hold to be released by force; with revoke,
+// the holder's session is revoked too, ending its other holds.
+func (o *operators) requestForce(ctx context.Context, key string, revoke bool) (*lockv1.RequestForceReleaseResponse, error) {
 	cctx, cancel := as(ctx, operator)
 	defer cancel()
-	return o.adminAt(0).RequestForceRelease(cctx, &lockv1.RequestForceReleaseRequest{Key: key, Reason: "release gate: force-release fault"})
+	return o.adminAt(0).RequestForceRelease(cctx, &lockv1.RequestForceReleaseRequest{Key: key, Reason: "release gate: force-release fault",
+		RevokeSession: revoke})
 }
 
 func (o *operators) approveForce(ctx context.Context, id string) error {

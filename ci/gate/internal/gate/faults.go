@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
+	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -90,7 +92,7 @@ func (r *run) inject(ctx context.Context) {
 			continue
 		}
 		kind := order[i%len(order)]
-		if time.Until(end) < r.needs(kind) {
+		if !r.fits(kind, begin, end) {
 			continue
 		}
 		if err := r.fault(ctx, kind); err != nil {
@@ -107,6 +109,17 @@ func (r *run) inject(ctx context.Context) {
 	}
 }
 
+// fits reports whether kind fits in what is left of the run (begin to
+// end). A quorum loss closes grants for as long as it lasts, which
+// lengthens the run by as much (up to twice --duration): it needs only to
+// start before the end, and room before that hard end.
+func (r *run) fits(kind string, begin, end time.Time) bool {
+	if kind == KindQuorumLoss {
+		return time.Until(end) >= 5*time.Second && time.Until(begin.Add(2*r.o.Duration)) >= r.needs(kind)
+	}
+	return time.Until(end) >= r.needs(kind)
+}
+
 // needs is about how long a fault takes, so none is cut off by the end.
 func (r *run) needs(kind string) time.Duration {
 	switch kind {
@@ -121,7 +134,7 @@ func (r *run) needs(kind string) time.Duration {
 	case KindClassReload:
 		return 7 * time.Second
 	case KindQuorumLoss:
-		return 18 * time.Second
+		return outageMin + outageJitter + 6*time.Second // and the restart
 	default:
 		return 5 * time.Second
 	}
@@ -215,11 +228,23 @@ func (r *run) fault(ctx context.Context, kind string) error {
 	return err
 }
 
+// How long quorumLoss keeps two members down: outageMin plus up to
+// outageJitter. Long enough for the arbiters to open (their epoch reads
+// time out after RequestTimeout, and the posture opens OpenAfter after the
+// first failure), for the workers' calls in flight when quorum went to time
+// out and their next acquires to be granted unprotected (outageSettle),
+// and then for two of the open class's keepalive intervals (OpenTTL/3
+// each): an unprotected lock must still be usable that late in the outage.
+const (
+	outageSettle = 8 * time.Second
+	outageMin    = OpenAfter + RequestTimeout + outageSettle + 2*OpenTTL/3
+	outageJitter = 4 * time.Second
+)
+
 // quorumLoss kills two members and restarts them after the arbiters have
-// had time to enter their open posture: their epoch reads time out after
-// --request-timeout (2 s), and the posture opens --open-after (3 s) after
-// the first failure. The fault's window, Start to End, is from the second
-// kill to the first restart: no write can commit in it.
+// been open long enough for an unprotected lock to outlive two keepalive
+// intervals (outageMin). The fault's window, Start to End, is from the
+// second kill to the first restart: no write can commit in it.
 func (r *run) quorumLoss(f *history.Fault) error {
 	i := r.rnd.IntN(len(r.cl.Members))
 	down := []*cluster.Member{r.cl.Members[i], r.cl.Members[(i+1)%len(r.cl.Members)]}
@@ -230,7 +255,7 @@ func (r *run) quorumLoss(f *history.Fault) error {
 		}
 	}
 	f.Start = history.Now()
-	time.Sleep(time.Duration(10000+r.rnd.IntN(3000)) * time.Millisecond)
+	time.Sleep(outageMin + time.Duration(r.rnd.Int64N(int64(outageJitter))))
 	f.End = history.Now()
 	// Grants of every class are closed by design until the arbiters have
 	// read the epoch again after the restart.
@@ -390,25 +415,34 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
 // forceRelease has the two operators release a key a worker holds. The
 // forced holder may go on believing it holds only until it is told (its
 // lost operation); the model fails it if it acts after that.
+//
+// Half the time the force-release also revokes the holder's session. It
+// then looks, for up to pairWait, for a session holding two keys (workers
+// sometimes hold a pair), so that the revoke ends a hold other than the
+// forced one, which the audit check wants recorded as forced, not expired.
+// It forces the session's oldest hold: a worker works under the first key
+// of its round and only holds the second, so the hold the revoke ends
+// unannounced is one nobody checks (the lock model knows only the forced
+// one's holder may still act until told).
 func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
 	admin, closeAdmin, err := r.admin()
 	if err != nil {
 		return err
 	}
 	defer closeAdmin()
+	revoke := r.rnd.IntN(2) == 0
 	f.Start = history.Now()
 	// Up to 20s: after a restore or a rebuild nothing is held until the
 	// advance's grace has passed.
 	deadline := time.Now().Add(20 * time.Second)
+	pairUntil := time.Now().Add(pairWait)
 	for time.Now().Before(deadline) {
-		all := gateKeys(r.o.Keys)
-		key := all[r.rnd.IntN(len(all))]
-		held, err := admin.inspect(ctx, key)
-		if err != nil || !held.GetHeld() {
+		key, held, others := r.pickHeld(ctx, admin, revoke, revoke && time.Now().Before(pairUntil))
+		if held == nil {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		req, err := admin.requestForce(ctx, key)
+		req, err := admin.requestForce(ctx, key, revoke)
 		if err != nil {
 			continue // released meanwhile
 		}
@@ -416,16 +450,66 @@ func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
 		tok := uint64(held.GetHold().GetToken().GetEpoch())<<48 | uint64(fr.GetHoldRevision())
 		f.Target, f.Start = key, history.Now()
 		op := r.rec.Begin(history.Force, key, tok, 0)
+		op.Session, op.Revoke = fr.GetSessionId(), revoke
 		if err := admin.approveForce(ctx, fr.GetId()); err != nil {
-			op.Err = err.Error()
-			r.rec.End(op, history.Fail) // the hold changed: nothing was released
-			continue
+			err = client.Decode(err)
+			op.Err, op.Reason = err.Error(), client.Reason(err)
+			if client.Definite(err) {
+				r.rec.End(op, history.Fail) // refused (the hold changed): nothing was released
+				continue
+			}
+			// The release may have committed, and the revoke may not have
+			// happened: nothing is known.
+			r.rec.End(op, history.Unknown)
+			return fmt.Errorf("the force-release of %s: %w", key, err)
 		}
 		r.rec.End(op, history.Ok)
 		f.Note = fmt.Sprintf("forced %s's hold (session %d)", fr.GetHolder(), fr.GetSessionId())
+		if revoke {
+			f.Note += fmt.Sprintf(" and revoked the session, which also held %v", others)
+		}
 		return nil
 	}
 	return fmt.Errorf("no held key could be released by force within 20s")
+}
+
+// pairWait is how long a revoking force-release looks for a session
+// holding two keys before it takes any held key.
+const pairWait = 15 * time.Second
+
+// pickHeld inspects the gate's keys and picks a held one at random (with
+// pair, only one whose session holds another key too; with revoke, the
+// oldest hold of the session picked). It returns the key, its hold, and
+// the other keys its session holds; a nil hold when none fits.
+func (r *run) pickHeld(ctx context.Context, admin *operators, revoke, pair bool) (string, *lockv1.InspectResponse, []string) {
+	bySession := map[int64][]string{}
+	holds := map[string]*lockv1.InspectResponse{}
+	var keys []string
+	for _, key := range gateKeys(r.o.Keys) {
+		held, err := admin.inspect(ctx, key)
+		if err != nil || !held.GetHeld() {
+			continue
+		}
+		holds[key] = held
+		s := held.GetHold().GetSessionId()
+		bySession[s] = append(bySession[s], key)
+		keys = append(keys, key)
+	}
+	session := func(k string) []string { return bySession[holds[k].GetHold().GetSessionId()] }
+	if pair {
+		keys = slices.DeleteFunc(keys, func(k string) bool { return len(session(k)) < 2 })
+	}
+	if len(keys) == 0 {
+		return "", nil, nil
+	}
+	key := keys[r.rnd.IntN(len(keys))]
+	if revoke {
+		key = slices.MinFunc(session(key), func(a, b string) int {
+			return cmp.Compare(holds[a].GetHold().GetToken().GetValue(), holds[b].GetHold().GetToken().GetValue())
+		})
+	}
+	others := slices.DeleteFunc(slices.Clone(session(key)), func(k string) bool { return k == key })
+	return key, holds[key], others
 }
 
 // classReload lowers the class TTL and removes one worker's grant for a

@@ -49,12 +49,14 @@ const (
 	// under it.
 	OpenClassName = "cache"
 	OpenTTL       = 30 * time.Second
-	// OpenAfter is the arbiters' --open-after.
-	OpenAfter = 3 * time.Second
-	TTL       = 6 * time.Second
-	LowTTL    = 5 * time.Second
-	operator  = "spiffe://gate.local/operator"
-	operator2 = "spiffe://gate.local/operator-2"
+	// OpenAfter is the arbiters' --open-after; RequestTimeout their
+	// --request-timeout (an epoch read fails after it).
+	OpenAfter      = 3 * time.Second
+	RequestTimeout = 2 * time.Second
+	TTL            = 6 * time.Second
+	LowTTL         = 5 * time.Second
+	operator       = "spiffe://gate.local/operator"
+	operator2      = "spiffe://gate.local/operator-2"
 )
 
 // Errors.
@@ -88,8 +90,13 @@ type Options struct {
 	// BrokenOpen builds lockd granting every class, closed ones too, from
 	// memory in its open posture (control for the quorum-loss check).
 	BrokenOpen bool
-	LateFence  bool // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
-	Expect     bool // expect at least one violation (controls)
+	// BrokenRecovery builds lockd granting open classes through etcd as
+	// soon as quorum returns, with no open grace and no hold-off, while
+	// unprotected holders may not have been told yet (control for the
+	// check that no consensus grant overlaps an untold unprotected holder).
+	BrokenRecovery bool
+	LateFence      bool // build the workers with lockctl's old supervision (SIGKILL --grace after the loss)
+	Expect         bool // expect at least one violation (controls)
 	// MinGrants fails a run with fewer successful grants; negative means
 	// one per second of the run in which grants were possible (the run's
 	// duration less the windows a restore or a rebuild closed by design).
@@ -245,6 +252,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		args = append(args, "-tags", "gate_broken_line")
 	case o.BrokenOpen:
 		args = append(args, "-tags", "gate_broken_open")
+	case o.BrokenRecovery:
+		args = append(args, "-tags", "gate_broken_recovery")
 	}
 	args = append(args, "github.com/lockd-dev/lockd/cmd/lockd")
 	r.logf("gate: go %s", strings.Join(args, " "))
@@ -312,7 +321,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
 		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
 			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
-			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", "2s",
+			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", RequestTimeout.String(),
 			"--open-after", OpenAfter.String(),
 			// A first deployment: epoch 1 on this cluster only. After the
 			// store-rebuild fault (same cluster ID, empty store) it does
@@ -474,7 +483,7 @@ func (r *run) verdict(s *Summary) error {
 	if err != nil {
 		return err
 	}
-	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys})
+	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys, OpenTTL: OpenTTL})
 	if err != nil {
 		return err
 	}
@@ -502,8 +511,12 @@ func (r *run) verdict(s *Summary) error {
 	if s.MinGrants < 0 {
 		s.MinGrants = int((time.Duration(r.end-r.start) - closed).Seconds())
 	}
+	q := res.QuorumLoss
+	quorumRun := q.Outages > 0 && len(r.openKeys) > 0
 	var verr error
 	switch {
+	case r.o.Expect && r.o.BrokenRecovery && len(q.Overlaps) == 0:
+		verr = fmt.Errorf("%w: no consensus grant overlapped an untold unprotected holder (%d other violations)", ErrExpected, res.Violations)
 	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0:
 		verr = ErrExpected
 	case r.o.Expect:
@@ -514,8 +527,14 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: the durable line: %d, the first: %s", ErrViolation, len(s.Line.Violations), s.Line.Violations[0])
 	case len(s.Line.ReadErrors) > 0:
 		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
-	case res.QuorumLoss.Outages > 0 && len(r.openKeys) > 0 && res.QuorumLoss.Unprotected == 0:
-		verr = fmt.Errorf("%w: %d quorum losses and no unprotected grant of an open key: the open posture was not exercised", ErrTooLittle, res.QuorumLoss.Outages)
+	case quorumRun && q.Unprotected == 0:
+		verr = fmt.Errorf("%w: %d quorum losses and no unprotected grant of an open key: the open posture was not exercised", ErrTooLittle, q.Outages)
+	case quorumRun && slices.Contains(q.CheckedUsablePerOutage, 0):
+		verr = fmt.Errorf("%w: unprotected grants checked still usable %s after the grant, per outage: %v; an outage with none checked nothing",
+			ErrTooLittle, 2*OpenTTL/3, q.CheckedUsablePerOutage)
+	case quorumRun && (q.MismatchesInside == 0 || q.MismatchesOutside == 0):
+		verr = fmt.Errorf("%w: acquires naming a class that does not own the key, refused: %d without quorum, %d with; each needs one",
+			ErrTooLittle, q.MismatchesInside, q.MismatchesOutside)
 	case s.Line.Contested == 0:
 		verr = fmt.Errorf("%w: no durable key was granted with waiters in line: the durable-line check checked nothing", ErrTooLittle)
 	case !ares.Passed():

@@ -40,6 +40,13 @@ Examples:
   # supervision) while their lockd is stopped; must find a violation
   go run ./ci/gate --duration 40s --faults arbiter-stop --late-fence --expect-violation
 
+  # Quorum loss, with keys of a class open on quorum loss
+  go run ./ci/gate --duration 60s --faults quorum-loss,member-kill-leader,arbiter-kill,worker-pause,reentrant --open-keys 2
+
+  # A lockd that grants open classes through etcd as soon as quorum
+  # returns; must find a consensus grant over an untold unprotected holder
+  go run ./ci/gate --duration 60s --faults quorum-loss --open-keys 2 --broken-recovery --expect-violation
+
 Flags:
 `
 
@@ -63,6 +70,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Broken, "broken-build", false, "build lockd with the grant's absence compare removed (control)")
 	fs.BoolVar(&o.BrokenLine, "broken-line", false, "build lockd handing a durable key to the last waiter in line, not the first (control)")
 	fs.BoolVar(&o.BrokenOpen, "broken-open", false, "build lockd granting closed classes from memory too while it has no quorum (control for the quorum-loss check)")
+	fs.BoolVar(&o.BrokenRecovery, "broken-recovery", false, "build lockd granting open classes through etcd as soon as quorum returns, over unprotected holders not yet told (control; with --expect-violation it must find such a grant)")
 	fs.BoolVar(&o.LateFence, "late-fence", false, "build the workers with lockctl's old supervision, SIGKILL --grace after the lock is lost (control)")
 	fs.BoolVar(&o.Expect, "expect-violation", false, "pass only if a violation is found (for the controls)")
 	fs.IntVar(&o.MinGrants, "min-grants", -1, "fail with fewer successful grants (default: one per second of --duration outside the windows restores and rebuilds close by design)")
@@ -110,8 +118,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
 	fmt.Fprintf(stdout, "run %s, of which grants closed by design %s; floor %d grants\n", s.Ran, s.GrantsClosed, s.MinGrants)
 	a := s.Audit
-	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked, lost with the store=%d, problems=%d\n",
-		a.Rows, a.Grants, a.Releases, a.Forces, a.RolledBack, len(a.Problems))
+	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked (%d revoking the session, ending %d other holds), lost with the store=%d, problems=%d\n",
+		a.Rows, a.Grants, a.Releases, a.Forces, a.Revokes, a.RevokedHolds, a.RolledBack, len(a.Problems))
 	for i, p := range a.Problems {
 		if i == 5 {
 			fmt.Fprintf(stdout, "  … %d more in summary.json\n", len(a.Problems)-5)
@@ -129,10 +137,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  violation: durable line: %s\n", v)
 	}
-	if q := c.QuorumLoss; q.Outages > 0 {
+	q := c.QuorumLoss
+	if q.Outages > 0 {
 		fmt.Fprintf(stdout, "quorum loss: %d outages, %d grants inside them, %d unprotected grants (%d checked in the history)\n",
 			q.Outages, q.Inside, q.Unprotected, a.Unprotected)
+		fmt.Fprintf(stdout, "  unprotected holds: %d told, %d released first, %d with no end; consensus grants over an untold holder: %d; still usable %s after the grant: %d checked (per outage %v)\n",
+			q.Told, q.Released, q.Unended, len(q.Overlaps), 2*OpenTTL/3, q.CheckedUsable, q.CheckedUsablePerOutage)
 	}
+	fmt.Fprintf(stdout, "class mismatches refused: %d without quorum, %d with quorum (%d denied during a class-reload)\n",
+		q.MismatchesInside, q.MismatchesOutside, q.MismatchesExcused)
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)

@@ -59,9 +59,29 @@ const (
 	// Unprotected is an Acquire that lockd answered with an unprotected
 	// grant (made without quorum, token 0), grant SpoolSeq of Arbiter. It is
 	// in neither model: such a grant excludes nobody, and the worker writes
-	// nothing under it (CanStart is false).
+	// nothing under it (CanStart is false). The worker holds it until it
+	// ends (its Lost, with the reason) or releases it itself
+	// (UnprotectedRelease), checking meanwhile that it is still usable
+	// (UnprotectedCheck).
 	Unprotected Kind = "unprotected"
+	// UnprotectedCheck is a holder of an unprotected lock asking whether it
+	// may still use it: State() == Safe and no Err. Ok: usable. Fail: not
+	// (Err says the state and why).
+	UnprotectedCheck Kind = "unprotected-check"
+	// UnprotectedRelease is a worker releasing its unprotected lock of Key.
+	// Its call ends the hold: the worker no longer acts as a holder. Ok:
+	// released; Fail: the lock had ended already (Err says why).
+	UnprotectedRelease Kind = "unprotected-release"
+	// Mismatch is an Acquire of Key naming Class, a class that does not own
+	// the key. Ok: lockd refused it with CLASS_MISMATCH. Fail: lockd
+	// refused it for another reason (Reason), or, with no Reason, granted
+	// it (Token; the worker releases it at once). Unknown: no answer.
+	Mismatch Kind = "mismatch"
 )
+
+// Kinds lists every operation kind.
+var Kinds = []Kind{Acquire, Check, Read, Write, Release, Reenter, Unhold, Force, Lost, Gone,
+	Unprotected, UnprotectedCheck, UnprotectedRelease, Mismatch}
 
 // Instant records an operation that happens at one moment (Call = Return).
 func (r *Recorder) Instant(kind Kind, key string, tok uint64, note string) {
@@ -102,6 +122,16 @@ type Op struct {
 	// Arbiter and SpoolSeq name an unprotected grant.
 	Arbiter  string `json:"arbiter,omitempty"`
 	SpoolSeq uint64 `json:"spoolSeq,omitempty"`
+	// Class is the class an Acquire or a Mismatch named; empty when the
+	// worker left the class to lockd (the key's own).
+	Class string `json:"class,omitempty"`
+	// Reason is lockd's reason for a refusal (client.Reason: "HELD",
+	// "CLASS_MISMATCH", ...); empty when it gave none.
+	Reason string `json:"reason,omitempty"`
+	// Session is the holder's session of a Force; Revoke says the
+	// force-release also revoked that session, ending its other holds.
+	Session int64 `json:"session,omitempty"`
+	Revoke  bool  `json:"revoke,omitempty"`
 }
 
 // Fault is one injected fault, for the report's timeline.

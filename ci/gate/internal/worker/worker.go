@@ -9,7 +9,16 @@
 // write) in a child process supervised exactly as `lockctl lock` does
 // (lock.Supervision), so the gate can check that the child is gone before
 // the next holder writes. A re-entrant worker sometimes acquires the key it
-// holds again from a second goroutine, racing its own release.
+// holds again from a second goroutine, racing its own release. An
+// in-process worker sometimes holds a second key through its round, so
+// that a force-release revoking its session ends more than the forced
+// hold.
+//
+// An unprotected lock (granted without quorum) is held until it ends or
+// for at most unprotectedCap, with a check every unprotectedEvery that it
+// is still usable. Some rounds (mismatchOdds) ask for a key naming a class
+// that does not own it, which lockd must refuse with CLASS_MISMATCH. Most
+// acquires name the key's class; one in four leaves it to lockd ("").
 package worker
 
 import (
@@ -115,6 +124,46 @@ func (o Options) classOf(key string) string {
 	return o.Class
 }
 
+// mismatchClass is a class that does not own key, for a mismatch round:
+// for an open key the fenced class; for a closed key the open class (the
+// hole a caller would use to get a closed key granted without quorum), or,
+// without open keys, the other closed class (the fenced class owns a
+// shorter prefix of a durable key, the durable class none of a fenced
+// key's). "" when there is none.
+func (o Options) mismatchClass(key string) string {
+	switch {
+	case slices.Contains(o.OpenKeys, key):
+		return o.Class
+	case len(o.OpenKeys) > 0:
+		return o.OpenClass
+	case slices.Contains(o.DurableKeys, key):
+		return o.Class
+	}
+	return o.DurableClass
+}
+
+// Round choices. One round in mismatchOdds is a mismatch round; after an
+// acquire whose outcome was unknown (lockd or its store unreachable, as in
+// a quorum loss) one in suspectOdds, so that refusals without quorum are
+// exercised too, and the key is an open one two times in three (else one
+// in three with two open keys of six), so that an outage's unprotected
+// grants come early enough in it to be checked two keepalive intervals
+// later. One acquire in leaveClassOdds leaves the class to lockd. One
+// in-process round in pairOdds holds a second key, and holds long.
+const (
+	mismatchOdds   = 15
+	suspectOdds    = 3
+	leaveClassOdds = 4
+	pairOdds       = 5
+)
+
+// An unprotected lock is checked every unprotectedEvery while it is held,
+// and released after unprotectedCap if it has not ended by then.
+const (
+	unprotectedEvery = 500 * time.Millisecond
+	unprotectedCap   = 60 * time.Second
+)
+
 type worker struct {
 	o   Options
 	rnd *rand.Rand
@@ -126,7 +175,20 @@ type worker struct {
 	n   int64 // values written
 	// children counts child processes, for their history files.
 	children int
+	// suspect: the last acquire's outcome was unknown.
+	suspect bool
+	// openAfter: lockd answered OPEN_GRACE (quorum has just returned, or
+	// lockd has just started, and open keys wait until every unprotected
+	// holder's deadline may have passed); the worker takes only closed keys
+	// until then, or until an outcome is unknown again (quorum may be lost
+	// again: open keys are then what the gate wants asked for).
+	openAfter time.Time
 }
+
+// openBackoff is how long a worker leaves open keys alone after lockd
+// answered OPEN_GRACE: the grace lasts the open class's TTL, and every
+// acquire of an open key meanwhile waits out its whole wait.
+const openBackoff = 10 * time.Second
 
 func (o Options) run(ctx context.Context) error {
 	rec, err := history.Create(o.History, o.ID)
@@ -204,15 +266,29 @@ func (w *worker) onFence(key string) func(*client.Lock) {
 	}
 }
 
-// acquire records and runs one Acquire.
+// acquire records and runs one Acquire. It names the key's class, or
+// sometimes leaves it to lockd.
 func (w *worker) acquire(ctx context.Context, cli *client.Client, key string, onFence func(*client.Lock)) (*client.Lock, error) {
+	class := w.o.classOf(key)
+	if w.rnd.IntN(leaveClassOdds) == 0 {
+		class = ""
+	}
 	op := w.rec.Begin(history.Acquire, key, 0, 0)
+	op.Class = class
 	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
-	l, err := cli.Acquire(actx, key, w.o.classOf(key), onFence, client.Wait(w.o.Wait))
+	l, err := cli.Acquire(actx, key, class, onFence, client.Wait(w.o.Wait))
 	cancel()
 	if err != nil {
-		op.Err = err.Error()
-		w.rec.End(op, acquireOutcome(err))
+		op.Err, op.Reason = err.Error(), client.Reason(err)
+		outcome := acquireOutcome(err)
+		w.rec.End(op, outcome)
+		w.suspect = w.suspect || outcome == history.Unknown
+		switch {
+		case errors.Is(err, client.ErrOpenGrace):
+			w.openAfter = time.Now().Add(openBackoff)
+		case outcome == history.Unknown:
+			w.openAfter = time.Time{}
+		}
 		return nil, err
 	}
 	op.Token = l.Token()
@@ -230,10 +306,27 @@ func (w *worker) round(ctx context.Context) error {
 		return err
 	}
 	key := w.o.Keys[w.rnd.IntN(len(w.o.Keys))]
-	if n := len(w.o.OpenKeys); n > 0 && w.rnd.IntN(len(w.o.Keys)+n) < n {
+	n := len(w.o.OpenKeys)
+	pickOpen := w.rnd.IntN(len(w.o.Keys)+n) < n // every key alike
+	odds := mismatchOdds
+	if w.suspect {
+		// Maybe no quorum: ask for what the open posture serves (an open
+		// key, two rounds in three) and for a class mismatch more often.
+		pickOpen, odds = w.rnd.IntN(3) < 2, suspectOdds
+	}
+	w.suspect = false
+	if n > 0 && pickOpen && time.Now().After(w.openAfter) {
 		key = w.o.OpenKeys[w.rnd.IntN(n)]
 	}
-	onFence := w.onFence(key)
+	if class := w.o.mismatchClass(key); class != "" && w.rnd.IntN(odds) == 0 {
+		w.mismatch(ctx, cli, key, class)
+		return nil
+	}
+	// lost is closed once the lock's end is recorded: an unprotected
+	// holder waits for it, so its own release is recorded after its lost.
+	lost := make(chan struct{})
+	told := w.onFence(key)
+	onFence := func(l *client.Lock) { told(l); close(lost) }
 	var fence *lock.Fence
 	var heldTok uint64 // set before fence.Start, read under the Fence's lock after it
 	if w.o.Child {
@@ -255,13 +348,7 @@ func (w *worker) round(ctx context.Context) error {
 	tok := l.Token()
 	heldTok = tok
 	if l.Unprotected() {
-		// Nothing to do under it: CanStart is false. Hold it a while so
-		// that others meet it, then let it go (unrecorded: it is in no
-		// model).
-		time.Sleep(time.Duration(100+w.rnd.IntN(300)) * time.Millisecond)
-		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_ = l.Release(rctx)
-		cancel()
+		w.holdUnprotected(ctx, l, key, lost)
 		return nil
 	}
 
@@ -272,14 +359,20 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	var second sync.WaitGroup
 	releaseKind := history.Release
-	if w.o.Reentrant && !slices.Contains(w.o.OpenKeys, key) && w.rnd.IntN(10) < 4 {
+	open := slices.Contains(w.o.OpenKeys, key)
+	if w.o.Reentrant && !open && w.rnd.IntN(10) < 4 {
 		releaseKind = history.Unhold // which release is the last is not known
 		second.Add(1)
 		delay := time.Duration(w.rnd.IntN(400)) * time.Millisecond
 		go func() { defer second.Done(); w.reenter(ctx, cli, key, tok, delay) }()
 	}
+	var pair *client.Lock
+	var pairKey string
+	if releaseKind == history.Release && !open && w.rnd.IntN(pairOdds) == 0 {
+		pairKey, pair = w.pair(ctx, cli, key)
+	}
 	rounds := 1
-	if w.rnd.IntN(10) < 3 {
+	if w.rnd.IntN(10) < 3 || pair != nil {
 		rounds = 3 + w.rnd.IntN(4) // hold long
 	}
 	for i := 0; i < rounds && ctx.Err() == nil; i++ {
@@ -293,7 +386,118 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	w.release(l, key, releaseKind)
 	second.Wait()
+	if pair != nil {
+		w.release(pair, pairKey, history.Release)
+	}
+	if w.suspect {
+		w.recycle() // the pair's acquire left an outcome unknown
+	}
 	return nil
+}
+
+// pair takes a second closed key, after key in key order (so two pairs
+// never wait for each other), on the same client and so on the same
+// session when the classes' TTLs agree. Nothing is done under it: it is
+// acquired and released, and ends with its session if a force-release
+// revokes it.
+func (w *worker) pair(ctx context.Context, cli *client.Client, key string) (string, *client.Lock) {
+	var after []string
+	for _, k := range w.o.Keys {
+		if k > key {
+			after = append(after, k)
+		}
+	}
+	if len(after) == 0 {
+		return "", nil
+	}
+	k := after[w.rnd.IntN(len(after))]
+	l, err := w.acquire(ctx, cli, k, w.onFence(k))
+	if err != nil {
+		return "", nil
+	}
+	return k, l
+}
+
+// holdUnprotected holds an unprotected lock until it ends (lockd tells the
+// holder once quorum is back, or its deadline passes: its Lost, recorded
+// before lost is closed) or for unprotectedCap, checking every
+// unprotectedEvery that it is still usable (State() == Safe, no Err), then
+// releases it. Nothing is done under it: CanStart is false for it. The
+// checks, the release and the Lost are in neither model.
+func (w *worker) holdUnprotected(ctx context.Context, l *client.Lock, key string, lost <-chan struct{}) {
+	limit := time.NewTimer(unprotectedCap)
+	defer limit.Stop()
+	tick := time.NewTicker(unprotectedEvery)
+	defer tick.Stop()
+hold:
+	for {
+		select {
+		case <-lost:
+			break hold
+		case <-ctx.Done():
+			break hold
+		case <-limit.C:
+			break hold
+		case <-tick.C:
+		}
+		op := w.rec.Begin(history.UnprotectedCheck, key, 0, 0)
+		if st, err := l.State(), l.Err(); st != client.Safe || err != nil {
+			op.Err = fmt.Sprintf("state %s, err %v", st, err)
+			w.rec.End(op, history.Fail)
+			continue
+		}
+		w.rec.End(op, history.Ok)
+	}
+	op := w.rec.Begin(history.UnprotectedRelease, key, 0, 0)
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := l.Release(rctx)
+	cancel()
+	switch {
+	case err == nil:
+		w.rec.End(op, history.Ok)
+	case errors.Is(err, client.ErrUnprotectedEnded), errors.Is(err, client.ErrDeadline), errors.Is(err, client.ErrExpired),
+		errors.Is(err, client.ErrClosed), errors.Is(err, client.ErrSessionEnded), client.Definite(err):
+		op.Err, op.Reason = err.Error(), client.Reason(err)
+		w.rec.End(op, history.Fail)
+	default:
+		op.Err = err.Error()
+		w.rec.End(op, history.Unknown)
+		w.recycle()
+	}
+}
+
+// mismatch asks for key naming class, a class that does not own it. lockd
+// must refuse it with CLASS_MISMATCH, with quorum or without; a grant is
+// released at once.
+func (w *worker) mismatch(ctx context.Context, cli *client.Client, key, class string) {
+	op := w.rec.Begin(history.Mismatch, key, 0, 0)
+	op.Class = class
+	actx, cancel := context.WithTimeout(ctx, w.o.Wait+3*time.Second)
+	l, err := cli.Acquire(actx, key, class, func(*client.Lock) {}, client.Wait(w.o.Wait))
+	cancel()
+	switch {
+	case err == nil:
+		op.Token = l.Token()
+		op.Err = fmt.Sprintf("granted under class %s (unprotected %v)", l.Class(), l.Unprotected())
+		w.rec.End(op, history.Fail)
+		rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+	case errors.Is(err, client.ErrClassMismatch):
+		op.Err, op.Reason = err.Error(), client.Reason(err)
+		w.rec.End(op, history.Ok)
+	case client.Definite(err):
+		op.Err, op.Reason = err.Error(), client.Reason(err)
+		w.rec.End(op, history.Fail)
+	default:
+		op.Err = err.Error()
+		w.rec.End(op, history.Unknown)
+		w.suspect = true
+		w.recycle()
+	}
+	if ctx.Err() == nil {
+		time.Sleep(time.Duration(50+w.rnd.IntN(200)) * time.Millisecond)
+	}
 }
 
 // reenter is the second goroutine of a re-entrant round: after delay it
