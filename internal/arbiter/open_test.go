@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -32,27 +31,6 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// openClasses are lockdtest's classes and "cache", an efficiency class
-// that declares onQuorumLoss: open and owns t/cache/….
-func openClasses() map[string]string {
-	c := maps.Clone(lockdtest.Classes)
-	c["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata: {name: cache, namespace: t}
-spec:
-  keys: ["t/cache/"]
-  nestedIn: [std]
-  purpose: efficiency
-  enforcement: advisory
-  ttl: 30s
-  tier: entity
-  onQuorumLoss: open
-  riskOwner: cache-team
-  waiverExpires: "2099-01-01"
-`
-	return c
-}
-
 const openAfter = 2 * time.Second
 
 // outage is lockd on a three-member etcd cluster whose quorum a test can
@@ -67,7 +45,7 @@ func startOutage(t *testing.T, o lockdtest.Options) *outage {
 	t.Helper()
 	c := lockdtest.StartCluster(t, t.TempDir())
 	b := external(t, c.Endpoints()...)
-	o.Backend, o.FreshStore, o.Classes = b, true, openClasses()
+	o.Backend, o.FreshStore, o.Classes = b, true, lockdtest.OpenClasses()
 	o.OpenAfter, o.RequestTimeout = openAfter, time.Second
 	return &outage{cluster: c, backend: b, env: lockdtest.Start(t, o)}
 }
@@ -296,7 +274,7 @@ func TestKilledLockdLosesNoAcknowledgedUnprotectedGrant(t *testing.T) {
 	o := startOutage(t, lockdtest.Options{}) // creates the epoch record
 	o.env.Stop()
 	dir, classes, addr := t.TempDir(), t.TempDir(), lockdtest.FreeAddr(t)
-	for name, body := range openClasses() {
+	for name, body := range lockdtest.OpenClasses() {
 		path := filepath.Join(classes, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -137,6 +138,29 @@ spec:
   spiffeID: spiffe://test.local/other
   prefixes: ["other/"]
 `,
+}
+
+// OpenClasses is Classes plus class "cache" of namespace t, owning
+// t/cache/…: an efficiency class (advisory, 30s) that declares
+// onQuorumLoss: open, for tests of what lockd grants without an etcd
+// quorum (with StartCluster and Options.OpenAfter).
+func OpenClasses() map[string]string {
+	c := maps.Clone(Classes)
+	c["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
+kind: LockClass
+metadata: {name: cache, namespace: t}
+spec:
+  keys: ["t/cache/"]
+  nestedIn: [std]
+  purpose: efficiency
+  enforcement: advisory
+  ttl: 30s
+  tier: entity
+  onQuorumLoss: open
+  riskOwner: cache-team
+  waiverExpires: "2099-01-01"
+`
+	return c
 }
 
 // Worker returns the i-th worker identity (0..63), each granted t/.

@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -12,27 +11,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
-
-// openClasses are lockdtest's classes and an efficiency class "cache" of
-// namespace t, open on quorum loss, owning t/cache/.
-func openClasses() map[string]string {
-	c := maps.Clone(lockdtest.Classes)
-	c["t/open.yaml"] = `apiVersion: locks.lockd.dev/v1alpha1
-kind: LockClass
-metadata: {name: cache, namespace: t}
-spec:
-  keys: ["t/cache/"]
-  nestedIn: [std]
-  purpose: efficiency
-  enforcement: advisory
-  ttl: 30s
-  tier: entity
-  onQuorumLoss: open
-  riskOwner: cache-team
-  waiverExpires: "2099-01-01"
-`
-	return c
-}
 
 // TestLockUnderAnUnprotectedLockRunsWhileItsKeepalivesAreAnswered: without
 // a quorum, lockctl lock of an open class's key gets an unprotected lock
@@ -45,7 +23,7 @@ func TestLockUnderAnUnprotectedLockRunsWhileItsKeepalivesAreAnswered(t *testing.
 	b, err := store.ConnectExternal(store.ExternalConfig{Endpoints: cluster.Endpoints()})
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
-	env := lockdtest.Start(t, lockdtest.Options{Backend: b, FreshStore: true, Classes: openClasses(),
+	env := lockdtest.Start(t, lockdtest.Options{Backend: b, FreshStore: true, Classes: lockdtest.OpenClasses(),
 		OpenAfter: 2 * time.Second, RequestTimeout: time.Second})
 	cluster.Stop(1)
 	cluster.Stop(2)
