@@ -2,6 +2,7 @@ package lockdtest
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,6 +27,11 @@ type Cluster struct {
 type clusterMember struct {
 	name, dir, client, peer string
 	e                       *embed.Etcd // nil while stopped
+	// held keeps a stopped member's ports bound, so that no other test
+	// process (FreeAddr only listens and closes) starts a server there
+	// that lockd would then reach instead: connections are accepted and
+	// closed at once, like a member that is down.
+	held []net.Listener
 }
 
 // StartCluster starts a three-member cluster in dir and stops it at cleanup.
@@ -38,7 +44,8 @@ func StartCluster(t testing.TB, dir string) *Cluster {
 	}
 	t.Cleanup(func() {
 		for i := range c.members {
-			c.Stop(i)
+			c.stop(i, false)
+			c.release(i)
 		}
 	})
 	// Members of a new cluster wait for each other: start them together.
@@ -76,6 +83,7 @@ func (c *Cluster) initialCluster() string {
 
 func (c *Cluster) start(i int) error {
 	m := c.members[i]
+	c.release(i)
 	cfg, err := store.NewEtcdConfig(store.EmbeddedConfig{DataDir: m.dir, Name: m.name, ClientURL: m.client, PeerURL: m.peer,
 		ClusterToken: "lockdtest-cluster"})
 	if err != nil {
@@ -101,14 +109,60 @@ func (c *Cluster) start(i int) error {
 	return nil
 }
 
-// Stop stops member i (a no-op when it is stopped).
-func (c *Cluster) Stop(i int) {
+// Stop stops member i (a no-op when it is stopped). Its ports stay bound
+// by the test (connections are closed at once) until Restart.
+func (c *Cluster) Stop(i int) { c.stop(i, true) }
+
+func (c *Cluster) stop(i int, hold bool) {
 	c.mu.Lock()
-	e := c.members[i].e
-	c.members[i].e = nil
+	m := c.members[i]
+	e := m.e
+	m.e = nil
 	c.mu.Unlock()
-	if e != nil {
-		e.Close()
+	if e == nil {
+		return
+	}
+	e.Close()
+	if !hold {
+		return
+	}
+	for _, u := range []string{m.client, m.peer} {
+		addr := strings.TrimPrefix(u, "http://")
+		var l net.Listener
+		var err error
+		for range 50 { // the port is free once etcd's listeners are closed
+			if l, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			c.t.Logf("lockdtest: could not hold the port of stopped member %s (%s): %v", m.name, addr, err)
+			continue
+		}
+		go func() {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				_ = conn.Close()
+			}
+		}()
+		c.mu.Lock()
+		m.held = append(m.held, l)
+		c.mu.Unlock()
+	}
+}
+
+// release frees the ports held for stopped member i.
+func (c *Cluster) release(i int) {
+	c.mu.Lock()
+	held := c.members[i].held
+	c.members[i].held = nil
+	c.mu.Unlock()
+	for _, l := range held {
+		_ = l.Close()
 	}
 }
 
