@@ -12,6 +12,7 @@ type metrics struct {
 	window       *prometheus.GaugeVec
 	pastHalf     *prometheus.GaugeVec
 	checkpoint   *prometheus.GaugeVec
+	storeRev     *prometheus.GaugeVec
 	gaps         *prometheus.CounterVec
 	rows         *prometheus.CounterVec
 	sinkErrors   prometheus.Counter
@@ -33,6 +34,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 when the tailer's lag is at least half the compaction window: revisions are at risk of compaction before they are read."}, cl),
 		checkpoint: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockd_audit_checkpoint_revision",
 			Help: "The revision the tailer's checkpoint was last moved to."}, cl),
+		storeRev: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockd_audit_store_revision",
+			Help: "The store's revision at the tailer's last probe; the lag gauges are as of that probe."}, cl),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockd_audit_gaps_total",
 			Help: "Gap records written: revisions compacted before the tailer read them."}, cl),
 		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockd_audit_rows_total",
@@ -43,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Times the store's revision fell behind the history (a store rebuilt under the same cluster ID): the tailer snapshots again."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.leader, m.lagRevisions, m.lagSeconds, m.window, m.pastHalf, m.checkpoint, m.gaps, m.rows, m.sinkErrors, m.storeResets)
+		reg.MustRegister(m.leader, m.lagRevisions, m.lagSeconds, m.window, m.pastHalf, m.checkpoint, m.storeRev, m.gaps, m.rows, m.sinkErrors, m.storeResets)
 	}
 	return m
 }

@@ -116,6 +116,10 @@ type Tailer struct {
 	cluster uint64
 	done    int64 // every row of every revision up to here is stored
 	head    int64 // the store's revision at the last probe (0: none yet)
+	// headCluster is the store's cluster ID at the last probe: a restored
+	// store answers with a new one before its revisions reach the history's.
+	headCluster uint64
+	probes      uint64 // probes answered, to tell one made after a point
 	// pendingSince is when the oldest row read but not yet stored was
 	// read (zero: none).
 	pendingSince time.Time
@@ -388,9 +392,11 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 	defer timer.Stop()
 	// A store rebuilt under the same cluster ID starts its revisions again;
 	// a watch resumed past them would wait, or skip what it never sees.
-	behind := time.NewTicker(2 * t.cfg.ProbeEvery)
+	behind := time.NewTicker(t.cfg.ProbeEvery)
 	defer behind.Stop()
-	var suspect int64 // a stored revision a probe was behind
+	var suspect int64       // a stored revision a probe was behind
+	var suspectProbe uint64 // the probe that was
+	_, _, probesBefore, _ := t.probed()
 
 	flush := func() error {
 		if pendingRev == 0 {
@@ -418,16 +424,31 @@ func (t *Tailer) watch(ctx context.Context, f fence, st *stream, rev int64) erro
 				return err
 			}
 		case <-behind.C:
+			head, headCluster, probes, stored := t.probed()
+			if probes <= probesBefore+1 {
+				continue // only a probe sent after the watch began
+			}
+			if headCluster != st.clusterID {
+				// Restored under a new cluster ID: the watch, resumed at the
+				// old store's revision, would wait until the new store
+				// passed it, and only then see the ID.
+				t.m.storeResets.Inc()
+				t.cfg.Logger.Error("audit: the store's cluster ID changed (restored?); the history goes on with the new store's own, "+
+					"and changes of the old store after the last one stored were not read, if there were any",
+					"cluster", hex(st.clusterID), "store_cluster", hex(headCluster), "stored", stored)
+				return fmt.Errorf("audit: the store's cluster ID changed from %s to %s", hex(st.clusterID), hex(headCluster))
+			}
 			// A probe answered before the watch's last event can be behind
 			// it: only a later probe still behind a stored revision counts.
-			head, stored := t.headRev(), t.storedRev()
-			if head == 0 || head >= stored {
+			switch {
+			case head >= stored:
 				suspect = 0
 				continue
-			}
-			if suspect == 0 || head >= suspect {
-				suspect = stored
+			case suspect == 0 || head >= suspect:
+				suspect, suspectProbe = stored, probes
 				continue
+			case probes <= suspectProbe+1:
+				continue // no probe sent after that one was answered yet
 			}
 			t.m.storeResets.Inc()
 			t.cfg.Logger.Error("audit: the store went back (rebuilt under the same cluster ID?); the history goes on from a new snapshot, "+
@@ -558,10 +579,12 @@ func (t *Tailer) setPending(at time.Time) {
 	t.mu.Unlock()
 }
 
-func (t *Tailer) headRev() int64 {
+// probed is the store's revision and cluster ID at the last probe, the
+// number of probes answered so far, and the stored revision.
+func (t *Tailer) probed() (head int64, cluster uint64, probes uint64, stored int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.head
+	return t.head, t.headCluster, t.probes, t.done
 }
 
 func (t *Tailer) storedRev() int64 {
@@ -591,7 +614,7 @@ func (t *Tailer) probe(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		lagRev, lagFor, cluster := t.lag(resp.Header.Revision, t.cfg.Now())
+		lagRev, lagFor, cluster := t.lag(resp.Header.ClusterId, resp.Header.Revision, t.cfg.Now())
 		if cluster == 0 {
 			continue
 		}
@@ -599,32 +622,43 @@ func (t *Tailer) probe(ctx context.Context) {
 		t.m.lagRevisions.WithLabelValues(c).Set(float64(lagRev))
 		t.m.lagSeconds.WithLabelValues(c).Set(lagFor.Seconds())
 		t.m.pastHalf.WithLabelValues(c).Set(b2f(lagFor >= t.cfg.CompactionWindow/2))
+		t.m.storeRev.WithLabelValues(c).Set(float64(resp.Header.Revision)) // last: the lag above is as of it
 	}
 }
 
-// lag records a head sample and returns the lag against the stored revision.
-func (t *Tailer) lag(head int64, now time.Time) (int64, time.Duration, uint64) {
+// lag records a head sample of the store (cluster) and returns its lag
+// against the stored revision. Of a store other than the one the history
+// is on (restored under a new cluster ID), nothing is stored yet.
+func (t *Tailer) lag(cluster uint64, head int64, now time.Time) (int64, time.Duration, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.head = head
+	if cluster != t.headCluster {
+		t.samples = nil
+	}
+	t.head, t.headCluster = head, cluster
+	t.probes++
+	done := t.done
+	if cluster != t.cluster {
+		done = 0
+	}
 	t.samples = append(t.samples, sample{rev: head, at: now})
 	// Samples at or below the stored revision are done with; keep the
 	// oldest one above it (it says since when the tailer has been behind).
 	i := 0
-	for i < len(t.samples) && t.samples[i].rev <= t.done {
+	for i < len(t.samples) && t.samples[i].rev <= done {
 		i++
 	}
 	t.samples = t.samples[i:]
-	if head <= t.done || len(t.samples) == 0 {
-		return 0, 0, t.cluster
+	if head <= done || len(t.samples) == 0 {
+		return 0, 0, cluster
 	}
 	// The probe's samples say it to the probe's interval; rows read but
 	// not stored yet say it to the moment.
 	lagFor := now.Sub(t.samples[0].at)
-	if !t.pendingSince.IsZero() {
+	if !t.pendingSince.IsZero() && cluster == t.cluster {
 		lagFor = max(lagFor, now.Sub(t.pendingSince))
 	}
-	return head - t.done, lagFor, t.cluster
+	return head - done, lagFor, cluster
 }
 
 func epochOf(kvs []*mvccpb.KeyValue) uint32 {

@@ -225,8 +225,9 @@ func FreePorts(n int) ([]int, error) {
 }
 
 // Metric reads one value from the Prometheus text at http://addr/metrics:
-// the first series of the metric named name. ok is false when it cannot
-// be read or is not there.
+// the first series of the metric named name, or the one series name names
+// with its labels exactly as exposed (`lockd_audit_lag_revisions{cluster="1f"}`).
+// ok is false when it cannot be read or is not there.
 func Metric(ctx context.Context, addr, name string) (float64, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

@@ -34,6 +34,10 @@ type Result struct {
 	// inside a restore's or a rebuild's window: the store itself lost them
 	// (rolled back to the snapshot, or wiped) before the tailer read them.
 	RolledBack int `json:"rolledBack"`
+	// AdvancesLost are epoch advances (of a restore or a rebuild) missing
+	// from the history because a later restore or rebuild destroyed that
+	// store life before any tailer caught up with it.
+	AdvancesLost int `json:"advancesLost,omitempty"`
 	// Problems are the violations, one line each; Passed is len == 0.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -153,25 +157,55 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 			}
 		}
 	}
-	// Every restore and rebuild ends with two operators advancing the
-	// epoch: each advance has its own row.
-	want := 0
-	for _, f := range faults {
-		if f.Err == "" && (f.Kind == "restore" || f.Kind == "store-rebuild") {
-			want++
-		}
-	}
-	got := 0
-	for _, r := range rows {
-		if r.Kind == audit.KindEpochAdvance && r.Key == audit.EpochKey {
-			got++
-		}
-	}
-	if got < want {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d restores and rebuilds advanced the epoch, the history has %d advances", want, got))
-	}
+	res.checkAdvances(rows, faults)
 	sort.Strings(res.Problems)
 	return res
+}
+
+// checkAdvances: every restore and rebuild ends with two operators
+// advancing the epoch (to the fault's Epoch), and each advance has its own
+// row, unless the store life it began was destroyed by a later restore or
+// rebuild before any tailer caught up with it (that fault's HistoryBehind).
+// Each advance is looked for by its epoch: a count would let the store's
+// first epoch stand in for a missing one.
+func (res *Result) checkAdvances(rows []audit.Event, faults []history.Fault) {
+	recorded := map[uint32]bool{}
+	for _, r := range rows {
+		if r.Kind == audit.KindEpochAdvance && r.Key == audit.EpochKey {
+			recorded[r.ToEpoch] = true
+		}
+	}
+	for _, f := range faults {
+		if f.Err != "" || (f.Kind != "restore" && f.Kind != "store-rebuild") || recorded[f.Epoch] {
+			continue
+		}
+		if next, ok := nextWipe(faults, f); ok && next.HistoryBehind {
+			res.AdvancesLost++
+			continue
+		}
+		res.Problems = append(res.Problems, fmt.Sprintf("the %s at %s advanced the epoch to %d; the history has no advance to it", f.Kind, sinceStart(faults, f.Start), f.Epoch))
+	}
+}
+
+// nextWipe is the first restore or rebuild after f.
+func nextWipe(faults []history.Fault, f history.Fault) (history.Fault, bool) {
+	var next history.Fault
+	found := false
+	for _, g := range faults {
+		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.Start > f.End && (!found || g.Start < next.Start) {
+			next, found = g, true
+		}
+	}
+	return next, found
+}
+
+// sinceStart says when t was, counted from the first fault.
+func sinceStart(faults []history.Fault, t int64) string {
+	first := t
+	for _, f := range faults {
+		first = min(first, f.Start)
+	}
+	return fmt.Sprintf("+%.1fs", float64(t-first)/1e9)
 }
 
 func forcedByOperators(r audit.Event) bool {

@@ -18,8 +18,10 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{ClusterID: 1, Revision: 200, Key: "gate/k1", Kind: audit.KindGrant, Token: 200},
 		{ClusterID: 1, Revision: 201, Key: "gate/k1", Kind: audit.KindForceRelease, EndedToken: 200, Requester: "a", Approver: "b", Reason: "r"},
 	}
-	restore := history.Fault{Kind: "restore", Start: 53e9, End: 60e9}
+	restore := history.Fault{Kind: "restore", Start: 53e9, End: 60e9, Epoch: 2}
 	advance := audit.Event{ClusterID: 2, Epoch: 2, Revision: 9, Key: audit.EpochKey, Kind: audit.KindEpochAdvance, FromEpoch: 1, ToEpoch: 2}
+	first := audit.Event{ClusterID: 1, Epoch: 1, Revision: 2, Key: audit.EpochKey, Kind: audit.KindEpochAdvance, FromEpoch: 0, ToEpoch: 1}
+	rebuilt := audit.Event{ClusterID: 1, Epoch: 3, Revision: 3, Key: audit.EpochKey, Kind: audit.KindEpochAdvance, FromEpoch: 0, ToEpoch: 3}
 	tests := []struct {
 		name   string
 		rows   []audit.Event
@@ -33,10 +35,18 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{"a token started twice", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 300, Key: "gate/k0", Kind: audit.KindGrant, Token: 100}), nil, "token 100 started 2 holds"},
 		{"a gap", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 400, Kind: audit.KindGap, GapFrom: 300, GapTo: 400}), nil, "gap: revisions 300-400"},
 		{"lost with a restore that followed within the window", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{restore}, ""},
-		{"a restore long after does not excuse it", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "is not in the history"},
+		{"a restore long after does not excuse it", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}}, "is not in the history"},
 		{"no tailer caught up before the rebuild: that store life may be lost", append(append([]audit.Event{}, complete[2:]...), advance),
-			[]history.Fault{{Kind: "store-rebuild", Start: 80e9, End: 90e9, HistoryBehind: true}}, ""},
-		{"a restore's advance missing", complete, []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9}}, "1 restores and rebuilds advanced the epoch, the history has 0"},
+			[]history.Fault{{Kind: "store-rebuild", Start: 80e9, End: 90e9, HistoryBehind: true, Epoch: 2}}, ""},
+		{"a restore's advance missing", complete, []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}}, "the restore at +0.0s advanced the epoch to 2; the history has no advance to it"},
+		// The gate once counted advances: the store's first epoch stood in
+		// for a restore's advance that the history missed.
+		{"the store's first epoch does not stand in for a restore's advance", append(append([]audit.Event{}, complete...), first),
+			[]history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}}, "advanced the epoch to 2; the history has no advance to it"},
+		{"an advance lost with the store life a rebuild destroyed before any tailer caught up", append(append([]audit.Event{}, complete...), first, rebuilt),
+			[]history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}, {Kind: "store-rebuild", Start: 92e9, End: 95e9, Epoch: 3, HistoryBehind: true}}, ""},
+		{"a rebuild after the history caught up does not excuse a missing advance", append(append([]audit.Event{}, complete...), first, rebuilt),
+			[]history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}, {Kind: "store-rebuild", Start: 92e9, End: 95e9, Epoch: 3}}, "the restore at +0.0s advanced the epoch to 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -318,7 +318,7 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 	if err != nil {
 		return err
 	}
-	f.GrantsClosedUntil = resume
+	f.GrantsClosedUntil, f.Epoch = resume, epoch
 	f.Note = fmt.Sprintf("epoch %d -> %d, %d holds deleted; grants closed %s", st.GetEpoch(), epoch, deleted,
 		time.Duration(resume-f.Start).Round(100*time.Millisecond))
 	for _, a := range r.arbiters {
@@ -401,7 +401,7 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
 	if err != nil {
 		return err
 	}
-	f.GrantsClosedUntil = resume
+	f.GrantsClosedUntil, f.Epoch = resume, epoch
 	f.Note = fmt.Sprintf("rebuilt empty; epoch initialised at %d (highest before: %d); grants closed %s", epoch, highest,
 		time.Duration(resume-f.Start).Round(100*time.Millisecond))
 	for _, a := range r.arbiters {

@@ -81,23 +81,10 @@ func (r *run) tailerKill(ctx context.Context, f *history.Fault) error {
 }
 
 // drainHistory waits, after the workers and arbiters stopped, until the
-// elected tailer has stored everything (lag 0), then stops the tailers.
+// elected tailer has stored everything, then stops the tailers.
 func (r *run) drainHistory(ctx context.Context) {
-	if len(r.tailers) == 0 {
-		return
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if t := r.tailerLeader(ctx); t != nil {
-			// Two probes in a row at lag 0: the second after the last write.
-			if v, ok := t.gauge(ctx, "lockd_audit_lag_revisions"); ok && v == 0 {
-				time.Sleep(2 * time.Second)
-				if v, ok := t.gauge(ctx, "lockd_audit_lag_revisions"); ok && v == 0 {
-					break
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !r.historyCaughtUp(ctx, 30*time.Second) {
+		r.logf("gate: the audit history did not catch up with the store in 30s; the audit check will say what is missing")
 	}
 	for _, t := range r.tailers {
 		t.Stop(5 * time.Second)
@@ -118,11 +105,17 @@ func (r *run) auditVerdict(ctx context.Context, ops []history.Op) (auditcheck.Re
 	return auditcheck.Run(ops, rows, r.faults), nil
 }
 
-// historyCaughtUp waits, before a fault destroys the store's log (restore,
-// rebuild), until the elected tailer has stored everything up to the
-// store's revision now, for at most d. It reports whether it did: what the
+// historyCaughtUp waits until the elected tailer has read the store up to
+// its revision at the call, for at most d, and reports whether it did.
+// Before a fault destroys the store's log (restore, rebuild), what the
 // store loses before any tailer read it is lost with the store, not missed
 // by the tailer, and the audit check must tell the two apart.
+//
+// The tailer's gauges are per cluster ID: after a restore the store has a
+// new one and revisions below the old store's, so only the gauges of the
+// store's own cluster say anything. The tailer has read the store up to
+// head when a probe of it saw at least head (lockd_audit_store_revision,
+// set last) and the lag as of that probe, or a later one, is 0.
 func (r *run) historyCaughtUp(ctx context.Context, d time.Duration) bool {
 	if len(r.tailers) == 0 {
 		return true
@@ -134,10 +127,14 @@ func (r *run) historyCaughtUp(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 	head := float64(resp.Header.Revision)
+	of := fmt.Sprintf(`{cluster="%x"}`, resp.Header.ClusterId)
 	for cctx.Err() == nil {
 		if t := r.tailerLeader(cctx); t != nil {
-			if v, ok := t.gauge(cctx, "lockd_audit_checkpoint_revision"); ok && v >= head {
-				return true
+			probed, ok := t.gauge(cctx, "lockd_audit_store_revision"+of)
+			if ok && probed >= head {
+				if lag, ok := t.gauge(cctx, "lockd_audit_lag_revisions"+of); ok && lag == 0 {
+					return true
+				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -149,6 +149,9 @@ type Fault struct {
 	// log, no audit tailer had caught up with it (none elected in time), so
 	// changes from before it may be lost with the store.
 	HistoryBehind bool `json:"historyBehind,omitempty"`
+	// Epoch is the epoch a restore or a rebuild ended with (the operators'
+	// advance); the history must hold that advance.
+	Epoch uint32 `json:"epoch,omitempty"`
 	// Err is why the injection failed; a failed fault is not counted.
 	Err string `json:"err,omitempty"`
 }
