@@ -6,8 +6,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // collectLoop refreshes the store-wide session and hold gauges. Every
@@ -66,19 +64,24 @@ func (a *Arbiter) collect(ctx context.Context) error {
 		}
 		a.metrics.Holds.WithLabelValues(ns).Set(float64(resp.Count))
 	}
-	resp, err := a.cli.Get(cctx, graceKey, clientv3.WithCountOnly())
+	// One read of the grace range: the epoch grace key and the open graces
+	// under it (recovery.go).
+	resp, err := a.cli.Get(cctx, graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return storeErr(ctx, err)
 	}
-	a.metrics.graceActive.Set(float64(min(resp.Count, 1)))
-	open, err := a.cli.Get(cctx, keyspace.OpenGracePrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return storeErr(ctx, err)
+	epochGrace, openGrace := 0.0, 0.0
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == graceKey {
+			epochGrace = 1
+		} else {
+			openGrace = 1
+		}
 	}
-	active := 0.0
-	if open.Count > 0 || a.holdingOff() {
-		active = 1
+	if a.holdingOff() {
+		openGrace = 1
 	}
-	a.metrics.openGraceActive.Set(active)
+	a.metrics.graceActive.Set(epochGrace)
+	a.metrics.openGraceActive.Set(openGrace)
 	return nil
 }

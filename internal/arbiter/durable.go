@@ -133,7 +133,7 @@ func (d *durable) attempt(ctx context.Context, pos linePos) (attempt, error) {
 // its existing waiter key, whose joining time is kept.
 func (d *durable) record(own *mvccpb.KeyValue, deadline time.Time) string {
 	now := d.a.now()
-	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: classRef(d.cls),
+	rec := keyspace.Waiter{Identity: d.req.Caller.String(), Session: d.req.Session, Class: d.cls.Ref(),
 		QueuedAt: now.UnixNano(), Deadline: now.Add(time.Until(deadline)).UnixNano()}
 	if own != nil {
 		if old, err := keyspace.DecodeWaiter(own.Value); err == nil && old.QueuedAt != 0 {

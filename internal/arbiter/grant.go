@@ -70,13 +70,13 @@ type newHold struct {
 
 func (a *Arbiter) encodeHold(identity string, session int64, cls *class.Class) newHold {
 	now := a.now()
-	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: classRef(cls), AcquiredAt: now.UnixNano()})
+	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: cls.Ref(), AcquiredAt: now.UnixNano()})
 	return newHold{val: string(b), at: now, cls: cls}
 }
 
 // grant is h granted at rev under epoch with token tok.
 func (h newHold) grant(tok uint64, epoch uint32, rev int64) Grant {
-	return Grant{Token: tok, Epoch: epoch, Revision: rev, AcquiredAt: h.at, Class: classRef(h.cls)}
+	return Grant{Token: tok, Epoch: epoch, Revision: rev, AcquiredAt: h.at, Class: h.cls.Ref()}
 }
 
 func decodeHold(kv *mvccpb.KeyValue) (holdRecord, error) {
@@ -121,9 +121,6 @@ func keyClass(set *class.Set, key, ref string) (*class.Class, error) {
 	}
 	return owner, nil
 }
-
-// classRef is how holds and waiters name a class: "namespace/name".
-func classRef(c *class.Class) string { return c.Namespace + "/" + c.Name }
 
 func noClassErr(ns, key string) error {
 	return fmt.Errorf("%w: no LockClass of namespace %s owns key %s (a key is locked under the class whose spec.keys has the longest prefix of it); add a prefix of the key to a class of %s in review",

@@ -109,7 +109,7 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	line := a.lineInfo(resp.Responses[1].GetResponseRange().Kvs)
 	var owner string
 	if c, ok := a.policy.Load().Classes.Owner(key); ok {
-		owner = classRef(c)
+		owner = c.Ref()
 	}
 	if len(holds) == 0 {
 		queue := append(line, a.queueInfo(key, 0, len(line))...)

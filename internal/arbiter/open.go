@@ -371,7 +371,7 @@ func (a *Arbiter) acquireWithoutQuorum(ctx context.Context, req AcquireRequest, 
 		return Grant{}, false, nil // the usual case: nothing to do here
 	}
 	open := cls.OnQuorumLoss == class.QuorumLossOpen || brokenOpenAll
-	ref := cls.Namespace + "/" + cls.Name
+	ref := cls.Ref()
 	switch {
 	case p == postureOpen && !open:
 		return Grant{}, true, fmt.Errorf("%w: no etcd quorum for %s; class %s is closed on quorum loss, so nothing is granted until quorum returns",
@@ -420,7 +420,7 @@ func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *clas
 		}
 		switch {
 		case h == nil:
-			h = &openHold{session: req.Session, identity: who, class: classRef(cls), at: a.now()}
+			h = &openHold{session: req.Session, identity: who, class: cls.Ref(), at: a.now()}
 			o.holds[req.Key] = h
 			o.appends++
 			o.mu.Unlock()
@@ -458,7 +458,7 @@ func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *clas
 // the reservation up when the append fails: nothing unrecorded is granted.
 func (a *Arbiter) spoolGrant(req AcquireRequest, cls *class.Class, h *openHold) (Grant, error) {
 	o := a.open
-	rec, _ := json.Marshal(keyspace.Unprotected{Arbiter: o.id, Key: req.Key, Class: classRef(cls),
+	rec, _ := json.Marshal(keyspace.Unprotected{Arbiter: o.id, Key: req.Key, Class: cls.Ref(),
 		Identity: h.identity, Session: h.session, AcquiredAt: h.at.UnixNano(), TTL: int64(cls.TTL / time.Second)})
 	seq, err := o.sp.Append(rec)
 	o.mu.Lock()

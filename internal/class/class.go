@@ -140,6 +140,9 @@ type Class struct {
 	Line int
 }
 
+// Ref names c as holds, waiters and the wire do: "namespace/name".
+func (c *Class) Ref() string { return c.Namespace + "/" + c.Name }
+
 // Grant is a validated LockGrant: the SPIFFE ID may lock keys under the
 // prefixes.
 type Grant struct {

@@ -21,7 +21,7 @@ type Owner struct {
 }
 
 func owner(c *class.Class) Owner {
-	return Owner{Class: c.Namespace + "/" + c.Name, Tier: c.Tier, OnQuorumLoss: c.OnQuorumLoss}
+	return Owner{Class: c.Ref(), Tier: c.Tier, OnQuorumLoss: c.OnQuorumLoss}
 }
 
 // Rehome is a prefix whose keys, between the base and the work tree, move
@@ -103,7 +103,7 @@ func Rehomes(base, head []*class.Class) []Rehome {
 func except(before, after *class.Set, ps []string, p string, from Owner, to *Owner) []string {
 	name := func(s *class.Set, key string) string {
 		if c, ok := s.Owner(key); ok {
-			return c.Namespace + "/" + c.Name
+			return c.Ref()
 		}
 		return ""
 	}

@@ -547,35 +547,30 @@ func (c *Client) ttlOf(ctx context.Context, key, class string) (time.Duration, e
 // caller gets its answer (NO_CLASS, or DENIED for a key it may not lock).
 func (c *Client) keyTTL(ctx context.Context, key string) (time.Duration, error) {
 	ns, _, _ := strings.Cut(key, "/")
-	for fresh := false; ; fresh = true {
+	c.mu.Lock()
+	owner := ownerOf(c.nsClasses[ns], key)
+	c.mu.Unlock()
+	if owner == nil { // not listed yet, or a class added since
+		resp, err := c.lock.ListClasses(ctx, &lockv1.ListClassesRequest{Namespace: ns})
+		if err != nil {
+			return 0, decode(err)
+		}
 		c.mu.Lock()
-		list, ok := c.nsClasses[ns]
+		c.nsClasses[ns] = resp.GetClasses()
 		c.mu.Unlock()
-		if !ok || fresh {
-			resp, err := c.lock.ListClasses(ctx, &lockv1.ListClassesRequest{Namespace: ns})
-			if err != nil {
-				return 0, decode(err)
-			}
-			list = resp.GetClasses()
-			c.mu.Lock()
-			c.nsClasses[ns] = list
-			c.mu.Unlock()
-		}
-		if owner := ownerOf(list, key); owner != nil {
-			return owner.GetTtl().AsDuration(), nil
-		}
-		if fresh || !ok {
-			break
-		}
+		owner = ownerOf(resp.GetClasses(), key)
+	}
+	if owner != nil {
+		return owner.GetTtl().AsDuration(), nil
 	}
 	// No session is read before the key's class is checked: lockd answers
 	// this with its refusal of the key, and nothing is granted.
 	_, err := c.lock.Acquire(ctx, &lockv1.AcquireRequest{Key: key})
-	if err = decode(err); err == nil || !Definite(err) || errors.Is(err, ErrSessionNotFound) {
-		// A class owns it by now, or lockd did not answer: say what is known.
-		return 0, fmt.Errorf("%w: lockd listed no class of namespace %s owning %s (%v)", ErrNoClass, ns, key, err)
+	if err = decode(err); Definite(err) && !errors.Is(err, ErrSessionNotFound) {
+		return 0, err
 	}
-	return 0, err
+	// A class owns it by now, or lockd did not answer: say what is known.
+	return 0, fmt.Errorf("%w: lockd listed no class of namespace %s owning %s (%v)", ErrNoClass, ns, key, err)
 }
 
 // ownerOf is the class in list owning the longest prefix of key, or nil.
