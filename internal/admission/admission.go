@@ -42,7 +42,7 @@ const MaxBodyBytes = 7 << 20
 var Group, _, _ = strings.Cut(class.APIVersion, "/")
 
 // Kinds are the kinds validated.
-var Kinds = []string{class.KindLockClass, class.KindLockGrant, class.KindPauseTestResult}
+var Kinds = []string{class.KindLockClass, class.KindLockGrant, class.KindPauseTestResult, class.KindLockNamespace}
 
 // Errors reading a request. The HTTP handler answers them with a client
 // error status and the error's text.
@@ -70,6 +70,17 @@ type Peers interface {
 	// review: that is the object's own stored version. An error denies
 	// the review (the webhook fails closed).
 	Classes(ctx context.Context, namespace string) ([]*class.Class, error)
+}
+
+// RegionPeers is a Peers that also sees the repository's LockNamespaces:
+// with it, the handler applies the namespace-region rule (one region per
+// namespace; every namespace with classes homed once there are several
+// regions) to the LockNamespaces and LockClasses it admits.
+type RegionPeers interface {
+	Peers
+	// Homes returns every LockNamespace of the repository, and the
+	// namespaces that have a LockClass. An error denies the review.
+	Homes(ctx context.Context) (homes []class.Home, withClasses []string, err error)
 }
 
 // Option configures a Handler.
@@ -226,10 +237,13 @@ func (h *Handler) Validate(ctx context.Context, req *Request) *Response {
 			e, w := h.ownership(ctx, o.Class)
 			errs, resp.Warnings = append(errs, e...), append(resp.Warnings, w...)
 		}
+		if !same && (o.Class != nil || o.Home != nil) {
+			errs = append(errs, h.regions(ctx, o)...)
+		}
 	}
 	switch {
 	case len(errs) == 0 && len(f.Objects) == 0:
-		return deny(resp, "request.object: no LockClass, LockGrant or PauseTestResult found")
+		return deny(resp, "request.object: no LockClass, LockGrant, LockNamespace or PauseTestResult found")
 	case len(errs) == 0:
 		resp.Allowed = true
 		return resp
@@ -278,6 +292,32 @@ func (h *Handler) ownership(ctx context.Context, c *class.Class) (errs, warns []
 		errs = append(errs, Message(p))
 	}
 	return errs, warns
+}
+
+// regions applies the namespace-region rule to a LockClass or a
+// LockNamespace under review, when the peers see the repository's
+// LockNamespaces (else it is left to class-lint check, like ownership).
+func (h *Handler) regions(ctx context.Context, o class.Object) []string {
+	rp, ok := h.peers.(RegionPeers)
+	if !ok {
+		return nil
+	}
+	homes, withClasses, err := rp.Homes(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: cannot read the repository's LockNamespaces to check that every namespace has one region: %v "+
+			"(the webhook fails closed; try again once they can be read)", class.RuleNamespaceRegion, err)}
+	}
+	var ps []class.Problem
+	if o.Home != nil {
+		ps = class.CheckRegionsOf(*o.Home, homes, withClasses)
+	} else {
+		ps = class.CheckClassRegion(o.Class, homes)
+	}
+	var errs []string
+	for _, p := range ps {
+		errs = append(errs, Message(p))
+	}
+	return errs
 }
 
 // Message formats a problem as "rule-id: field: message", leaving out the

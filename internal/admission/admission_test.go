@@ -95,7 +95,7 @@ func TestAdmissionValidate(t *testing.T) {
 			message: "request.object: missing: CREATE and UPDATE reviews carry the object"},
 		{name: "other group", req: Request{Operation: OperationCreate, Kind: GroupVersionKind{Group: "example.com", Version: "v1", Kind: "LockClass"},
 			Object: json.RawMessage(apiserverClass)},
-			message: "kind LockClass (example.com/v1) is not validated by this webhook: it validates LockClass, LockGrant, PauseTestResult in group locks.lockd.dev; check the rules of its ValidatingWebhookConfiguration"},
+			message: "kind LockClass (example.com/v1) is not validated by this webhook: it validates LockClass, LockGrant, PauseTestResult, LockNamespace in group locks.lockd.dev; check the rules of its ValidatingWebhookConfiguration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.UID = "uid-" + tc.name

@@ -38,6 +38,7 @@ var specFields = map[string][]string{
 		"resource", "resourceSchemaVersion", "riskOwner", "waiverExpires", "keys", "nestedIn"},
 	class.KindLockGrant:       {"spiffeID", "prefixes", "sharedWith"},
 	class.KindPauseTestResult: {"class", "resource", "resourceSchemaVersion", "outcome", "ranAt", "expires", "tokens", "tokens.first", "tokens.second"},
+	class.KindLockNamespace:   {"region"},
 }
 
 // printerColumns are the columns kubectl get shows, by kind.
@@ -45,6 +46,7 @@ var printerColumns = map[string][]string{
 	class.KindLockClass:       {"Purpose", "Enforcement", "TTL", "Tier", "Resource", "Waiver", "Age"},
 	class.KindLockGrant:       {"SPIFFE ID", "Prefixes", "Age"},
 	class.KindPauseTestResult: {"Class", "Resource", "Schema", "Ran", "Expires", "Age"},
+	class.KindLockNamespace:   {"Region", "Age"},
 }
 
 // The parts of a CustomResourceDefinition the tests read.

@@ -22,6 +22,8 @@ const (
 	KindLockGrant = "LockGrant"
 	// KindPauseTestResult is the kind of a [PauseTest] document.
 	KindPauseTestResult = "PauseTestResult"
+	// KindLockNamespace is the kind of a [Home] document.
+	KindLockNamespace = "LockNamespace"
 )
 
 // TTL bounds of classes and of the sessions that hold their locks.
@@ -142,6 +144,20 @@ type Class struct {
 
 // Ref names c as holds, waiters and the wire do: "namespace/name".
 func (c *Class) Ref() string { return c.Namespace + "/" + c.Name }
+
+// Home is a validated LockNamespace: the region the namespace's keys are
+// served in. A lockd of another region refuses them (it never forwards).
+type Home struct {
+	// Namespace is metadata.namespace: the lock namespace homed.
+	Namespace string
+	// Name is metadata.name.
+	Name string
+	// Region is spec.region.
+	Region string
+	// Source and Line locate the document.
+	Source string
+	Line   int
+}
 
 // Grant is a validated LockGrant: the SPIFFE ID may lock keys under the
 // prefixes.

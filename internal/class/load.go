@@ -28,7 +28,7 @@ func LoadDir(dir string, now time.Time) (*Set, error) {
 	if len(t.Problems) > 0 {
 		return nil, &LoadError{Problems: t.Problems}
 	}
-	return NewSet(t.Classes, t.Grants), nil
+	return NewSet(t.Classes, t.Grants, t.Homes...), nil
 }
 
 // Tree is everything [Inspect] found in a class directory.
@@ -42,6 +42,7 @@ type Tree struct {
 	Classes    []*Class
 	Grants     []Grant
 	PauseTests []PauseTest
+	Homes      []Home
 	// Problems are the load-rule problems, in file and line order.
 	Problems []Problem
 }
@@ -81,6 +82,8 @@ func Inspect(dir string, now time.Time) (*Tree, error) {
 				t.Classes = append(t.Classes, o.Class)
 			case o.Grant != nil:
 				t.Grants = append(t.Grants, *o.Grant)
+			case o.Home != nil:
+				t.Homes = append(t.Homes, *o.Home)
 			default:
 				t.PauseTests = append(t.PauseTests, *o.PauseTest)
 			}
@@ -121,6 +124,7 @@ func Inspect(dir string, now time.Time) (*Tree, error) {
 		}
 	}
 	t.Problems = append(t.Problems, CheckOwnership(t.Classes)...)
+	t.Problems = append(t.Problems, CheckRegions(t.Classes, t.Homes)...)
 	sortProblems(t.Problems)
 	return t, nil
 }

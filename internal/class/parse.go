@@ -54,6 +54,14 @@ type (
 			SharedWith []string `json:"sharedWith"`
 		} `json:"spec"`
 	}
+	homeDoc struct {
+		APIVersion string      `json:"apiVersion"`
+		Kind       string      `json:"kind"`
+		Metadata   metadataDoc `json:"metadata"`
+		Spec       struct {
+			Region string `json:"region"`
+		} `json:"spec"`
+	}
 	pauseTestDoc struct {
 		APIVersion string      `json:"apiVersion"`
 		Kind       string      `json:"kind"`
@@ -110,12 +118,13 @@ type File struct {
 	Problems []Problem
 }
 
-// Object is one decoded document: exactly one of Class, Grant and PauseTest
-// is set.
+// Object is one decoded document: exactly one of Class, Grant, PauseTest
+// and Home is set.
 type Object struct {
 	Class     *Class
 	Grant     *Grant
 	PauseTest *PauseTest
+	Home      *Home
 	// Valid is true when the document breaks no rule.
 	Valid bool
 }
@@ -126,6 +135,8 @@ func (o Object) key() (kind, ns, name string, line int) {
 		return KindLockClass, o.Class.Namespace, o.Class.Name, o.Class.Line
 	case o.Grant != nil:
 		return KindLockGrant, o.Grant.Namespace, o.Grant.Name, o.Grant.Line
+	case o.Home != nil:
+		return KindLockNamespace, o.Home.Namespace, o.Home.Name, o.Home.Line
 	default:
 		return KindPauseTestResult, o.PauseTest.Namespace, o.PauseTest.Name, o.PauseTest.Line
 	}
@@ -297,6 +308,12 @@ func (p *fileParser) parseDoc(d document) (Object, bool) {
 			return Object{}, false
 		}
 		o.PauseTest = dp.pauseTest(&doc)
+	case KindLockNamespace:
+		var doc homeDoc
+		if !dp.decode(js, m, &doc) {
+			return Object{}, false
+		}
+		o.Home = dp.home(&doc)
 	case "":
 		dp.add("kind", fmt.Sprintf("is required (%s)", kinds))
 		return Object{}, false
@@ -308,7 +325,7 @@ func (p *fileParser) parseDoc(d document) (Object, bool) {
 	return o, true
 }
 
-var kinds = KindLockClass + ", " + KindLockGrant + " or " + KindPauseTestResult
+var kinds = KindLockClass + ", " + KindLockGrant + ", " + KindLockNamespace + " or " + KindPauseTestResult
 
 // decode strictly decodes js into doc, reporting unknown fields (all of
 // them, with their paths) and type errors. It returns false if doc could
@@ -516,6 +533,24 @@ func (dp *docProblems) grant(doc *grantDoc) *Grant {
 		}
 	}
 	return g
+}
+
+func (dp *docProblems) home(doc *homeDoc) *Home {
+	dp.metadata(doc.Metadata)
+	h := &Home{
+		Namespace: doc.Metadata.Namespace,
+		Name:      doc.Metadata.Name,
+		Region:    doc.Spec.Region,
+		Source:    dp.p.path,
+		Line:      dp.d.start,
+	}
+	switch {
+	case h.Region == "":
+		dp.add("spec.region", "is required: the region whose lockd serves the namespace's keys")
+	case !lockkey.IsDNSLabel(h.Region):
+		dp.add("spec.region", fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", h.Region))
+	}
+	return h
 }
 
 func (dp *docProblems) pauseTest(doc *pauseTestDoc) *PauseTest {

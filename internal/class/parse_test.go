@@ -78,7 +78,7 @@ func TestParseFileClassRules(t *testing.T) {
 
 		{"bad apiVersion", strings.Replace(classYAML("a"), "v1alpha1", "v1", 1), "apiVersion", "must be locks.lockd.dev/v1alpha1"},
 		{"missing apiVersion", strings.TrimPrefix(classYAML("a"), header), "apiVersion", "is required"},
-		{"bad kind", strings.Replace(classYAML("a"), "LockClass", "Lock", 1), "kind", "must be LockClass, LockGrant or PauseTestResult"},
+		{"bad kind", strings.Replace(classYAML("a"), "LockClass", "Lock", 1), "kind", "must be LockClass, LockGrant, LockNamespace or PauseTestResult"},
 		{"bad name", classYAML("Bad_Name"), "metadata.name", "DNS label"},
 		{"missing name", strings.Replace(classYAML("a"), "  name: a\n", "", 1), "metadata.name", "is required"},
 		{"wrong namespace", strings.Replace(classYAML("a", `keys: ["other/a/"]`), "namespace: payments", "namespace: other", 1), "metadata.namespace", `must equal the namespace folder "payments"`},

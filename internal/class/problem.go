@@ -115,6 +115,10 @@ const (
 	// another class's names that class in spec.nestedIn, and only such
 	// classes (see [CheckOwnership]).
 	RuleKeyOwnership = "key-ownership"
+	// RuleNamespaceRegion: a namespace is homed to one region. At most one
+	// LockNamespace per namespace; once the repository names more than one
+	// region, every namespace with a class has one (see [CheckRegions]).
+	RuleNamespaceRegion = "namespace-region"
 
 	// RuleWaiverExpiring (review, warning): an advisory waiver lapses within
 	// WaiverWarning.
@@ -134,6 +138,6 @@ const (
 var Rules = []string{
 	RuleSchema, RuleLayout, RuleDuplicate, RuleNamespaceFolder, RuleTTLRange, RuleAdvisoryTTLFloor,
 	RuleAdvisoryRiskOwner, RuleAdvisoryWaiver, RuleQuorumLossOpen, RuleTierRequired,
-	RuleGrantNamespace, RuleClassKeys, RuleKeyOwnership,
+	RuleGrantNamespace, RuleClassKeys, RuleKeyOwnership, RuleNamespaceRegion,
 	RuleWaiverExpiring, RuleFencedPauseTest, RuleGrantOverlap, RuleCodeowners,
 }

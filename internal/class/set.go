@@ -12,15 +12,25 @@ type Set struct {
 	grants     []Grant
 	namespaces []string
 	owners     map[string][]owned // namespace → prefixes, longest first
+	homes      map[string]string  // namespace → region
+	regions    []string           // sorted, once each
 }
 
-// NewSet builds a Set from classes and grants. It does not validate them:
-// use [LoadDir] or [ParseFile] for that (and [CheckOwnership] for classes
-// from elsewhere). NewSet copies its arguments; a
+// NewSet builds a Set from classes, grants and namespace homes. It does not
+// validate them: use [LoadDir] or [ParseFile] for that (and
+// [CheckOwnership] and [CheckRegions] for objects from elsewhere). NewSet
+// copies its arguments; a
 // later class or grant with the same namespace and name replaces an earlier
 // one. The namespaces of the set are those of its classes and grants.
-func NewSet(classes []*Class, grants []Grant) *Set {
-	s := &Set{classes: make(map[string]map[string]*Class)}
+func NewSet(classes []*Class, grants []Grant, homes ...Home) *Set {
+	s := &Set{classes: make(map[string]map[string]*Class), homes: map[string]string{}}
+	for _, h := range homes {
+		s.homes[h.Namespace] = h.Region
+		if !slices.Contains(s.regions, h.Region) {
+			s.regions = append(s.regions, h.Region)
+		}
+	}
+	slices.Sort(s.regions)
 	ns := make(map[string]bool)
 	for _, c := range classes {
 		byName := s.classes[c.Namespace]
@@ -64,6 +74,16 @@ func (s *Set) Class(namespace, name string) (*Class, bool) {
 	c, ok := s.classes[namespace][name]
 	return c, ok
 }
+
+// Home returns the region namespace ns is homed to, if a LockNamespace
+// homes it.
+func (s *Set) Home(ns string) (region string, ok bool) {
+	region, ok = s.homes[ns]
+	return region, ok
+}
+
+// Regions returns the regions namespaces are homed to, sorted.
+func (s *Set) Regions() []string { return slices.Clone(s.regions) }
 
 // Namespaces returns the sorted namespaces that have at least one class or
 // grant.

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -237,6 +239,8 @@ func (l *certLoader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return l.cert, nil
 }
 
+var _ admission.RegionPeers = (*dirPeers)(nil)
+
 // dirPeers serves the classes of a class directory as the webhook's peers:
 // it reads the directory with class.Inspect, keeping what it read for
 // maxAge. Every class that can be decoded counts, rule violations or not:
@@ -246,9 +250,10 @@ type dirPeers struct {
 	maxAge time.Duration
 	now    func() time.Time // time.Now when nil
 
-	mu   sync.Mutex
-	read time.Time // when byNS was read; zero when never
-	byNS map[string][]*class.Class
+	mu    sync.Mutex
+	read  time.Time // when byNS was read; zero when never
+	byNS  map[string][]*class.Class
+	homes []class.Home
 }
 
 // Classes returns the classes of namespace, reading the directory again
@@ -258,24 +263,45 @@ type dirPeers struct {
 func (p *dirPeers) Classes(_ context.Context, namespace string) ([]*class.Class, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.refresh(); err != nil {
+		return nil, err
+	}
+	return p.byNS[namespace], nil
+}
+
+// Homes returns the directory's LockNamespaces and the namespaces with a
+// LockClass, read as Classes reads them.
+func (p *dirPeers) Homes(context.Context) ([]class.Home, []string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.refresh(); err != nil {
+		return nil, nil, err
+	}
+	return p.homes, slices.Sorted(maps.Keys(p.byNS)), nil
+}
+
+// refresh reads the directory again when what was read is older than
+// maxAge (p.mu held).
+func (p *dirPeers) refresh() error {
 	now := time.Now
 	if p.now != nil {
 		now = p.now
 	}
-	if p.byNS == nil || now().Sub(p.read) >= p.maxAge {
-		t, err := class.Inspect(p.dir, time.Time{})
-		if err != nil {
-			return nil, fmt.Errorf("--classes %s: %w", p.dir, err)
-		}
-		byNS := make(map[string][]*class.Class)
-		for _, c := range t.Classes {
-			cp := *c
-			if rel, err := filepath.Rel(p.dir, c.Source); err == nil {
-				cp.Source = filepath.ToSlash(rel)
-			}
-			byNS[c.Namespace] = append(byNS[c.Namespace], &cp)
-		}
-		p.byNS, p.read = byNS, now()
+	if p.byNS != nil && now().Sub(p.read) < p.maxAge {
+		return nil
 	}
-	return p.byNS[namespace], nil
+	t, err := class.Inspect(p.dir, time.Time{})
+	if err != nil {
+		return fmt.Errorf("--classes %s: %w", p.dir, err)
+	}
+	byNS := make(map[string][]*class.Class)
+	for _, c := range t.Classes {
+		cp := *c
+		if rel, err := filepath.Rel(p.dir, c.Source); err == nil {
+			cp.Source = filepath.ToSlash(rel)
+		}
+		byNS[c.Namespace] = append(byNS[c.Namespace], &cp)
+	}
+	p.byNS, p.homes, p.read = byNS, t.Homes, now()
+	return nil
 }

@@ -252,7 +252,7 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {name: ledger-writes, namespace: payments}
 data: {ttl: 15s}
-`, message: "kind ConfigMap (v1) is not validated by this webhook: it validates LockClass, LockGrant, PauseTestResult in group locks.lockd.dev; check the rules of its ValidatingWebhookConfiguration"},
+`, message: "kind ConfigMap (v1) is not validated by this webhook: it validates LockClass, LockGrant, PauseTestResult, LockNamespace in group locks.lockd.dev; check the rules of its ValidatingWebhookConfiguration"},
 }
 
 // webhookPeers is the class directory the webhook under test checks keys
