@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +111,14 @@ type Config struct {
 	// granting open classes from memory (default DefaultOpenAfter, at least
 	// MinOpenAfter; make it longer than the etcd cluster's election).
 	OpenAfter time.Duration
+	// Region is the region this arbiter serves (region.go): keys of a
+	// namespace homed to another region are refused with ErrWrongRegion
+	// before any etcd read, never forwarded. Empty serves every namespace,
+	// which only a class set naming at most one region allows.
+	Region string
+	// RegionEndpoints are other regions' lockd addresses, named in a
+	// refusal so the caller knows where to go.
+	RegionEndpoints map[string]string
 }
 
 // Default per-identity quotas on one arbiter.
@@ -192,6 +202,9 @@ type Arbiter struct {
 
 	validate validateLimits
 
+	region          string
+	regionEndpoints map[string]string
+
 	bg     context.Context // ends at Close
 	stop   context.CancelFunc
 	closed chan struct{}
@@ -212,33 +225,35 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		return nil, err
 	}
 	a := &Arbiter{
-		cli:         cfg.Client,
-		leases:      cfg.Leases,
-		operators:   map[string]bool{},
-		admin:       adminKV{kv: cfg.Client},
-		oidcOps:     cfg.OIDCOperators,
-		log:         cfg.Logger,
-		now:         cfg.Now,
-		timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
-		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
-		refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
-		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
-		metrics:     cfg.Metrics,
-		bootstrap:   cfg.Bootstrap,
-		stateFile:   cfg.StateFile,
-		floor:       floor,
-		mark:        floor,
-		validate:    validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
-		queues:      map[string]*queue{},
-		waiters:     map[string]int{},
-		lines:       map[string]*lineView{},
-		sessionsBy:  map[string]int{},
-		maxSess:     cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
-		maxWaiters:  cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
-		closed:      make(chan struct{}),
-		draining:    make(chan struct{}),
-		reloadMu:    make(chanMutex, 1),
-		monoBase:    time.Now(),
+		cli:             cfg.Client,
+		leases:          cfg.Leases,
+		operators:       map[string]bool{},
+		admin:           adminKV{kv: cfg.Client},
+		oidcOps:         cfg.OIDCOperators,
+		log:             cfg.Logger,
+		now:             cfg.Now,
+		timeout:         cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
+		poll:            cmp.Or(cfg.PollInterval, defaultPollInterval),
+		refresh:         cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
+		maxEpochAge:     cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
+		metrics:         cfg.Metrics,
+		bootstrap:       cfg.Bootstrap,
+		stateFile:       cfg.StateFile,
+		floor:           floor,
+		mark:            floor,
+		validate:        validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
+		queues:          map[string]*queue{},
+		waiters:         map[string]int{},
+		lines:           map[string]*lineView{},
+		sessionsBy:      map[string]int{},
+		maxSess:         cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
+		maxWaiters:      cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
+		closed:          make(chan struct{}),
+		draining:        make(chan struct{}),
+		reloadMu:        make(chanMutex, 1),
+		monoBase:        time.Now(),
+		region:          cfg.Region,
+		regionEndpoints: maps.Clone(cfg.RegionEndpoints),
 	}
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
@@ -276,8 +291,20 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	return a, nil
 }
 
-// SetPolicy replaces the classes and grants served, atomically.
-func (a *Arbiter) SetPolicy(p *Policy) { a.policy.Store(p) }
+// SetPolicy replaces the classes and grants served, atomically. A set
+// whose regions this arbiter cannot tell apart (several, and no Region) is
+// served, but every homed namespace is refused (homeCheck), and logged.
+func (a *Arbiter) SetPolicy(p *Policy) {
+	a.policy.Store(p)
+	switch rs := p.Classes.Regions(); {
+	case a.region == "" && len(rs) > 1:
+		a.log.Error("the classes home namespaces to several regions and this lockd has no --region: every homed namespace is refused with WRONG_REGION",
+			"regions", rs)
+	case a.region != "" && len(rs) > 0 && !slices.Contains(rs, a.region):
+		a.log.Warn("no namespace is homed to this lockd's region: it serves only namespaces without a LockNamespace",
+			"region", a.region, "regions", rs)
+	}
+}
 
 // Policy returns the policy being served.
 func (a *Arbiter) Policy() *Policy { return a.policy.Load() }

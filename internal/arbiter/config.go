@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
 // ErrInvalidConfig is wrapped by New's errors for a Config (or policy) it
@@ -72,6 +75,19 @@ func (cfg *Config) validate(policy *Policy) error {
 		add("ArbiterID", "required with SpoolDir (unprotected grants are shipped under it)")
 	case cfg.OpenAfter != 0 && cfg.OpenAfter < MinOpenAfter:
 		add("OpenAfter", "must be at least %s (longer than an etcd election), or zero for the default; got %s", MinOpenAfter, cfg.OpenAfter)
+	}
+	if cfg.Region != "" && !lockkey.IsDNSLabel(cfg.Region) {
+		add("Region", "must be a DNS label (as a LockNamespace's spec.region), got %q", cfg.Region)
+	}
+	for r := range cfg.RegionEndpoints {
+		if !lockkey.IsDNSLabel(r) {
+			add("RegionEndpoints", "%q is not a region name (a DNS label)", r)
+		}
+	}
+	if policy != nil && policy.Classes != nil && cfg.Region == "" {
+		if rs := policy.Classes.Regions(); len(rs) > 1 {
+			add("Region", "required: the classes home namespaces to regions %s; name the one this lockd serves", strings.Join(rs, ", "))
+		}
 	}
 	for i, op := range cfg.Operators {
 		if _, err := spiffeid.FromString(op); err != nil {

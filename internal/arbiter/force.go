@@ -75,6 +75,9 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Calle
 	if strings.TrimSpace(reason) == "" {
 		return ForceRelease{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
+	if err := a.homeCheck(key); err != nil {
+		return ForceRelease{}, err
+	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.admin.Get(cctx, holdKey(key))

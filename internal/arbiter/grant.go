@@ -496,6 +496,9 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		return Grant{}, err
 	}
 	ns, clsName = cls.Namespace, cls.Name
+	if err := a.homeCheck(req.Key); err != nil {
+		return Grant{}, err
+	}
 	if req.Wait < 0 {
 		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
 	}
@@ -631,6 +634,9 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 	}
 	if !a.policy.Load().Authz.Allow(who, key) {
 		return false, authz.ErrDenied
+	}
+	if err := a.homeCheck(key); err != nil {
+		return false, err
 	}
 	if isLocal(session) && a.open != nil {
 		return a.releaseOpen(who, session, key, tok)

@@ -95,6 +95,9 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	if !a.mayRead(caller, key) {
 		return Inspection{}, authz.ErrDenied
 	}
+	if err := a.homeCheck(key); err != nil {
+		return Inspection{}, err
+	}
 	cctx, cancel := a.callCtx(ctx)
 	defer cancel()
 	resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),

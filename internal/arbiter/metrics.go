@@ -54,6 +54,9 @@ type Metrics struct {
 	openPosture        prometheus.Gauge
 	unprotectedGrants  *prometheus.CounterVec
 	unprotectedShipped prometheus.Counter
+	// wrongRegion counts per-key calls refused, before any etcd read,
+	// because the key's namespace is homed to another region.
+	wrongRegion *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -133,6 +136,10 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		Name: "lockd_open_grace_active",
 		Help: "1 while this lockd grants no key of a class open on quorum loss through etcd, because quorum has just returned and a holder of an unprotected grant may still be acting on it."})
 	reg.MustRegister(m.openPosture, m.unprotectedGrants, m.unprotectedShipped, m.openGraceActive)
+	m.wrongRegion = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_wrong_region_total",
+		Help: "Per-key calls refused before any etcd read because the key's namespace is homed to another region (WRONG_REGION)."}, []string{"namespace"})
+	reg.MustRegister(m.wrongRegion)
 	m.graceActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_epoch_grace_active", Help: "1 while grants wait out an epoch advance's grace (the grace key exists in the store)."})
 	epochReadAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

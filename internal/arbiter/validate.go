@@ -143,6 +143,9 @@ func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key
 		return TokenCheck{}, authz.ErrDenied
 	}
 	ns = lockkey.Namespace(key)
+	if err := a.homeCheck(key); err != nil {
+		return TokenCheck{}, err
+	}
 	if !a.validate.allow(who, a.now()) {
 		return TokenCheck{}, ErrRateLimited
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/identity"
+	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/store"
 )
@@ -79,6 +81,14 @@ type Config struct {
 	// grants classes with onQuorumLoss: open from memory (unprotected,
 	// spooled in <DataDir>/spool). It must outlast an etcd election.
 	OpenAfter time.Duration
+	// Region is the region this lockd serves: keys of namespaces homed to
+	// another (LockNamespace) are refused with WRONG_REGION, never
+	// forwarded. Empty serves every namespace, while the classes name at
+	// most one region.
+	Region string
+	// RegionEndpoints are other regions' lockd addresses (region → host:port),
+	// named in a WRONG_REGION refusal.
+	RegionEndpoints map[string]string
 	// BootstrapEpochClusterID (hex) lets lockd create epoch 1 on an external
 	// cluster with this ID that has no epoch record, if its data dir records
 	// no epoch. Empty: a store without a record stays sealed until two
@@ -260,6 +270,17 @@ func (o *Config) Validate() error {
 	}
 	if o.RequestTimeout <= 0 {
 		add("--request-timeout %s: must be positive", o.RequestTimeout)
+	}
+	if o.Region != "" && !lockkey.IsDNSLabel(o.Region) {
+		add("--region %q: must be a DNS label, as a LockNamespace's spec.region", o.Region)
+	}
+	for _, r := range slices.Sorted(maps.Keys(o.RegionEndpoints)) {
+		switch addr := o.RegionEndpoints[r]; {
+		case !lockkey.IsDNSLabel(r):
+			add("--region-endpoint %s=%s: %q is not a region name (a DNS label)", r, addr, r)
+		case checkHostPort(addr) != nil:
+			add("--region-endpoint %s=%s: the address must be host:port: %w", r, addr, checkHostPort(addr))
+		}
 	}
 	if o.OpenAfter < arbiter.MinOpenAfter {
 		add("--open-after %s: must be at least %s (longer than an etcd election)", o.OpenAfter, arbiter.MinOpenAfter)

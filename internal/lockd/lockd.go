@@ -130,6 +130,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load classes from --classes %s: %w", cfg.ClassesDir, err)
 	}
+	if rs := d.watcher.Current().Regions(); cfg.Region == "" && len(rs) > 1 {
+		return nil, fmt.Errorf("%w: --region: required: the classes in %s home namespaces to regions %s; name the one this lockd serves",
+			ErrConfig, cfg.ClassesDir, strings.Join(rs, ", "))
+	}
 
 	tlsCfg, bundle, tlsMode, err := serverTLS(&cfg, dataDir, logger)
 	if err != nil {
@@ -184,6 +188,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		SpoolDir:               filepath.Join(dataDir, "spool"),
 		ArbiterID:              arbiterID,
 		OpenAfter:              cfg.OpenAfter,
+		Region:                 cfg.Region,
+		RegionEndpoints:        cfg.RegionEndpoints,
 	}, arbiter.NewPolicy(d.watcher.Current()))
 	if err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ const (
 	ReasonClassMismatch   = "CLASS_MISMATCH"
 	ReasonNoClass         = "NO_CLASS"
 	ReasonOpenGrace       = "OPEN_GRACE"
+	ReasonWrongRegion     = "WRONG_REGION"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -88,6 +89,7 @@ var errorTable = []struct {
 	{arbiter.ErrClassMismatch, codes.FailedPrecondition, ReasonClassMismatch},
 	{arbiter.ErrNoClass, codes.FailedPrecondition, ReasonNoClass},
 	{arbiter.ErrOpenGrace, codes.FailedPrecondition, ReasonOpenGrace},
+	{arbiter.ErrWrongRegion, codes.FailedPrecondition, ReasonWrongRegion},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label
@@ -139,17 +141,29 @@ func toStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err // already a status (from gRPC itself)
 	}
-	return statusWithReason(Code(err), Reason(err), err.Error())
+	var md map[string]string
+	var withMD reasonMetadata
+	if errors.As(err, &withMD) {
+		md = withMD.ReasonMetadata()
+	}
+	return statusWithReason(Code(err), Reason(err), err.Error(), md)
 }
 
-// statusWithReason is a status error with an ErrorInfo detail when reason
-// is set.
-func statusWithReason(code codes.Code, reason, msg string) error {
+// reasonMetadata is an error that says more than its reason, for clients
+// to act on (arbiter.WrongRegionError: the region and its endpoint).
+type reasonMetadata interface {
+	error
+	ReasonMetadata() map[string]string
+}
+
+// statusWithReason is a status error with an ErrorInfo detail (and its
+// metadata) when reason is set.
+func statusWithReason(code codes.Code, reason, msg string, md map[string]string) error {
 	st := status.New(code, msg)
 	if reason == "" {
 		return st.Err()
 	}
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ReasonDomain}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ReasonDomain, Metadata: md}); err == nil {
 		st = withInfo
 	}
 	return st.Err()

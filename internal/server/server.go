@@ -115,7 +115,7 @@ func (s *Server) OpenSession(ctx context.Context, req *lockv1.OpenSessionRequest
 		return nil, err
 	}
 	if req.GetTtl() == nil {
-		return nil, statusWithReason(codes.InvalidArgument, ReasonInvalid, "arbiter: invalid argument: ttl: required")
+		return nil, statusWithReason(codes.InvalidArgument, ReasonInvalid, "arbiter: invalid argument: ttl: required", nil)
 	}
 	ttl := req.GetTtl().AsDuration()
 	sid, err := s.arb.OpenSession(ctx, id, ttl)
@@ -413,7 +413,7 @@ func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest
 		return nil, err
 	}
 	return nil, statusWithReason(codes.FailedPrecondition, ReasonNotOperator,
-		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator")
+		"arbiter: an epoch advance takes two operators: RequestEpochAdvance, then ApproveEpochAdvance by another operator", nil)
 }
 
 // RequestEpochAdvance implements lock.v1 AdminService.

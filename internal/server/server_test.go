@@ -50,6 +50,7 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{fmt.Errorf("%w: key t/fast/a belongs to class t/fast", arbiter.ErrClassMismatch), client.ErrClassMismatch},
 		{fmt.Errorf("%w: no class of namespace t owns key t/x", arbiter.ErrNoClass), client.ErrNoClass},
 		{arbiter.ErrOpenGrace, client.ErrOpenGrace},
+		{&arbiter.WrongRegionError{Namespace: "t", Region: "us-east", Served: "eu-west", Endpoint: "lockd.us:7420"}, client.ErrWrongRegion},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {
@@ -75,13 +76,18 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		if _, ok := lockv1.ErrorReason_value["ERROR_REASON_"+r]; !ok {
 			t.Errorf("reason %s is not a lock.v1 ErrorReason", r)
 		}
-		st := statusWithReason(1, r, "msg")
+		st := statusWithReason(1, r, "msg", nil)
 		if got := client.Reason(st); got != r {
 			t.Errorf("reason %s reads back as %q", r, got)
 		}
 		if want, ok := definite[r]; (ok && client.Definite(st) != want) || (!ok && !client.Definite(st)) {
 			t.Errorf("reason %s: Definite = %v", r, client.Definite(st))
 		}
+	}
+	// A refusal that says more than its reason carries it as metadata.
+	region, endpoint, ok := client.Region(toStatus(fmt.Errorf("acquire: %w", &arbiter.WrongRegionError{Namespace: "t", Region: "us-east", Endpoint: "lockd.us:7420"})))
+	if !ok || region != "us-east" || endpoint != "lockd.us:7420" {
+		t.Errorf("WRONG_REGION's metadata: client.Region = %q %q %v", region, endpoint, ok)
 	}
 	// Context errors and gRPC's own carry no reason: their outcome is unknown.
 	if client.Definite(toStatus(status.Error(4, "deadline"))) {

@@ -135,6 +135,10 @@ var (
 	// keys of classes open on quorum loss wait until every unprotected
 	// holder's deadline has passed. An Acquire with a Wait waits it out.
 	ErrOpenGrace = errors.New("client: quorum has just returned; keys of classes open on quorum loss wait until unprotected holders have lost their locks")
+	// ErrWrongRegion: the key's namespace is homed to another region, whose
+	// lockd serves it; this one neither serves nor forwards it. [Region]
+	// says which region and, when lockd knows it, its address.
+	ErrWrongRegion = errors.New("client: the key's namespace is homed to another region")
 )
 
 // reasonDomain is the ErrorInfo domain of lockd's reasons.
@@ -170,6 +174,7 @@ var reasons = map[string][]error{
 	"CLASS_MISMATCH":    {ErrClassMismatch},
 	"NO_CLASS":          {ErrNoClass},
 	"OPEN_GRACE":        {ErrOpenGrace},
+	"WRONG_REGION":      {ErrWrongRegion},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is
@@ -179,7 +184,10 @@ type Error struct {
 	// Reason is lockd's reason ("HELD", ...); empty when lockd gave none
 	// (a transport error, a timeout).
 	Reason string
-	err    error
+	// Metadata is what lockd said besides the reason (WRONG_REGION: the
+	// "region" and its "endpoint"); nil when nothing.
+	Metadata map[string]string
+	err      error
 }
 
 func (e *Error) Error() string { return e.err.Error() }
@@ -210,16 +218,36 @@ func decode(err error) error {
 	if !ok {
 		return err
 	}
-	return &Error{Reason: reasonOf(st), err: err}
+	info := infoOf(st)
+	return &Error{Reason: info.GetReason(), Metadata: info.GetMetadata(), err: err}
 }
 
-func reasonOf(st *status.Status) string {
+// infoOf is lockd's ErrorInfo in st, or nil.
+func infoOf(st *status.Status) *errdetails.ErrorInfo {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == reasonDomain {
-			return info.GetReason()
+			return info
 		}
 	}
-	return ""
+	return nil
+}
+
+func reasonOf(st *status.Status) string { return infoOf(st).GetReason() }
+
+// Region returns, for an ErrWrongRegion refusal, the region the key's
+// namespace is homed to and that region's lockd address (empty when the
+// lockd that refused was not told it).
+func Region(err error) (region, endpoint string, ok bool) {
+	var e *Error
+	if !errors.As(err, &e) {
+		if e, _ = decode(err).(*Error); e == nil {
+			return "", "", false
+		}
+	}
+	if e.Reason != "WRONG_REGION" {
+		return "", "", false
+	}
+	return e.Metadata["region"], e.Metadata["endpoint"], true
 }
 
 // Reason returns the reason lockd gave for err, or "" when err is not an

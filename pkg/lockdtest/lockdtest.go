@@ -241,6 +241,11 @@ type Options struct {
 	// LockdDataDir is lockd's own data dir (arbiter ID, spool, state): set
 	// it to restart lockd with what it kept. A temp dir when empty.
 	LockdDataDir string
+	// Region and RegionEndpoints are lockd's --region and
+	// --region-endpoint: with LockNamespace objects among Classes, keys of
+	// namespaces homed elsewhere are refused with WRONG_REGION.
+	Region          string
+	RegionEndpoints map[string]string
 }
 
 // Env is a running lockd.
@@ -309,6 +314,7 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 		cfg.RequestTimeout = o.RequestTimeout
 	}
 	cfg.TracerProvider = o.TracerProvider
+	cfg.Region, cfg.RegionEndpoints = o.Region, o.RegionEndpoints
 	if o.OpenAfter != 0 {
 		cfg.OpenAfter = o.OpenAfter
 	}

@@ -53,7 +53,11 @@ func Run(f *cmdutil.Factory, args []string) int {
 	code := cmdutil.ExitCodeFor(err)
 	var ee *cli.ExitError
 	if !errors.As(err, &ee) {
-		err = &described{err: err, msg: cmdutil.Describe(err, f.Target())}
+		msg := cmdutil.Describe(err, f.Target())
+		if hint := f.ServingHint(err); hint != "" {
+			msg += "\n" + hint
+		}
+		err = &described{err: err, msg: msg}
 	}
 	cmdPath := ""
 	if cmd != nil {

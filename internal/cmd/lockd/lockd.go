@@ -185,6 +185,8 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
 	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
 	f.DurationVar(&opts.OpenAfter, "open-after", opts.OpenAfter, "time without an etcd quorum after which classes with onQuorumLoss: open are granted from memory, unprotected (token 0); longer than the cluster's election timeout")
+	f.StringVar(&opts.Region, "region", "", "the region this lockd serves: keys of namespaces homed to another region (LockNamespace) are refused with WRONG_REGION; required once the classes name more than one region")
+	f.StringToStringVar(&opts.RegionEndpoints, "region-endpoint", nil, "another region's lockd, named in WRONG_REGION refusals: REGION=HOST:PORT, comma-separated for several")
 	f.Float64Var(&opts.ValidateRate, "validate-rate", opts.ValidateRate, "ValidateToken calls per second allowed to one identity (apart from grants)")
 	f.IntVar(&opts.ValidateBurst, "validate-burst", opts.ValidateBurst, "ValidateToken burst allowed to one identity")
 	f.StringVar(&opts.OIDCIssuer, "oidc-issuer", "", "OIDC issuer (e.g. a Keycloak realm URL): operators sign in there; force-release and epoch advance then need their token")

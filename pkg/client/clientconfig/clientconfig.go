@@ -37,6 +37,9 @@ type Context struct {
 	Name string `json:"name"`
 	// Server is host:port of lockd's gRPC listener.
 	Server string `json:"server"`
+	// Region is the region that lockd serves (its --region), so lockctl can
+	// name this context when another lockd refuses a key as homed here.
+	Region string `json:"region,omitempty"`
 	// CA, Cert and Key are PEM files: the CA that signed lockd's serving
 	// certificate, and the caller's X.509 SVID and key. Relative paths are
 	// relative to the config file.
@@ -86,6 +89,18 @@ func Load(path string) (*Config, error) {
 		}
 	}
 	return &c, nil
+}
+
+// Serving returns the names of the contexts for region: those that name it,
+// or whose server is endpoint (when not empty).
+func (c *Config) Serving(region, endpoint string) []string {
+	var names []string
+	for _, cx := range c.Contexts {
+		if (region != "" && cx.Region == region) || (endpoint != "" && cx.Server == endpoint) {
+			names = append(names, cx.Name)
+		}
+	}
+	return names
 }
 
 // Context returns the named context, or the current one when name is empty.

@@ -102,6 +102,12 @@ const (
 	// own deadline. A waiting Acquire is granted when that passes. Nothing was
 	// granted. gRPC code FAILED_PRECONDITION.
 	ErrorReason_ERROR_REASON_OPEN_GRACE ErrorReason = 27
+	// The key's namespace is homed to another region (its LockNamespace), and
+	// this lockd neither serves nor forwards it. The ErrorInfo metadata names
+	// the region ("region") and, when this lockd was told it, that region's
+	// lockd ("endpoint"): call it there. Nothing was read or granted. gRPC
+	// code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_WRONG_REGION ErrorReason = 28
 )
 
 // Enum value maps for ErrorReason.
@@ -135,6 +141,7 @@ var (
 		25: "ERROR_REASON_CLASS_MISMATCH",
 		26: "ERROR_REASON_NO_CLASS",
 		27: "ERROR_REASON_OPEN_GRACE",
+		28: "ERROR_REASON_WRONG_REGION",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -165,6 +172,7 @@ var (
 		"ERROR_REASON_CLASS_MISMATCH":    25,
 		"ERROR_REASON_NO_CLASS":          26,
 		"ERROR_REASON_OPEN_GRACE":        27,
+		"ERROR_REASON_WRONG_REGION":      28,
 	}
 )
 
@@ -4312,7 +4320,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xc5\x06\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xe4\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4342,7 +4350,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x1eERROR_REASON_NO_QUORUM_SESSION\x10\x18\x12\x1f\n" +
 	"\x1bERROR_REASON_CLASS_MISMATCH\x10\x19\x12\x19\n" +
 	"\x15ERROR_REASON_NO_CLASS\x10\x1a\x12\x1b\n" +
-	"\x17ERROR_REASON_OPEN_GRACE\x10\x1b*\x95\x01\n" +
+	"\x17ERROR_REASON_OPEN_GRACE\x10\x1b\x12\x1d\n" +
+	"\x19ERROR_REASON_WRONG_REGION\x10\x1c*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

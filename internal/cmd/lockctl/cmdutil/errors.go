@@ -59,6 +59,14 @@ func hintFor(err error, target string) string {
 		return "your identity has no grant for this key or class: check the LockGrant for its namespace"
 	case errors.Is(err, client.ErrClassMismatch):
 		return "a key's class is decided in the class repository: leave out --class, or lock a key of the class you meant (`lockctl inspect <key>` names a key's class)"
+	case errors.Is(err, client.ErrWrongRegion):
+		region, endpoint, _ := client.Region(err)
+		where := "region " + region
+		if endpoint != "" {
+			where += " (its lockd: " + endpoint + ")"
+		}
+		return "lockd serves each namespace in its home region only, and never forwards: run this against " + where +
+			" with --context; a context names its region with region: in the lockctl config"
 	case errors.Is(err, client.ErrOpenGrace):
 		return "holders of grants made without quorum may still be acting on the key: retry with --wait, which waits it out"
 	}

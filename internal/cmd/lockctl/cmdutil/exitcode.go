@@ -48,9 +48,9 @@ func exitCodeForRPC(err error) int {
 		return cli.ExitTimeout
 	case errors.Is(err, client.ErrLeak):
 		return cli.ExitLeak
-	case errors.Is(err, client.ErrClassMismatch), errors.Is(err, client.ErrNoClass):
-		// The key or --class the user gave disagrees with the class
-		// repository: an input to fix, not a failure to retry.
+	case errors.Is(err, client.ErrClassMismatch), errors.Is(err, client.ErrNoClass), errors.Is(err, client.ErrWrongRegion):
+		// The key, --class or --context the user gave disagrees with the
+		// class repository: an input to fix, not a failure to retry.
 		return cli.ExitUsage
 	}
 	switch client.Reason(err) {

@@ -104,6 +104,25 @@ func (f *Factory) Printer() *printer.Printer {
 	}
 }
 
+// ServingHint names the contexts of the resolved config for the region a
+// WRONG_REGION refusal (err) names: "" when err is not one, or no context
+// serves it.
+func (f *Factory) ServingHint(err error) string {
+	region, endpoint, ok := client.Region(err)
+	if !ok {
+		return ""
+	}
+	cfg, _, cerr := f.Config()
+	if cerr != nil {
+		return ""
+	}
+	names := cfg.Serving(region, endpoint)
+	if len(names) == 0 {
+		return fmt.Sprintf("no context of yours serves region %s: add one (server: its lockd, region: %s)", region, region)
+	}
+	return fmt.Sprintf("region %s is served by context %s: lockctl --context %s …", region, strings.Join(names, ", "), names[0])
+}
+
 // ContextNames lists the contexts of the resolved config (completion).
 func (f *Factory) ContextNames() []string {
 	cfg, _, err := f.Config()

@@ -38,6 +38,9 @@ type Options struct {
 	Client func() (*client.Client, error)
 	// Target names lockd in error messages.
 	Target func() string
+	// ServingHint names the contexts for the region of a WRONG_REGION
+	// refusal ("" otherwise).
+	ServingHint func(error) string
 	// Environ is the environment the command inherits (os.Environ).
 	Environ func() []string
 
@@ -51,7 +54,7 @@ type Options struct {
 // NewCmdLock returns `lockctl lock`. runF, when set, replaces the run
 // function (tests).
 func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
-	opts := &Options{IO: f.IOStreams, Client: f.Client, Target: f.Target, Environ: os.Environ}
+	opts := &Options{IO: f.IOStreams, Client: f.Client, Target: f.Target, ServingHint: f.ServingHint, Environ: os.Environ}
 	cmd := &cobra.Command{
 		Use:   "lock <key> [--wait 30s] [--grace 10s] -- <command> [args...]",
 		Short: "Run a command while holding a lock",
@@ -227,7 +230,7 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 		if r.err != nil {
 			return nil, &cli.ExitError{
 				Code: cmdutil.ExitCodeFor(r.err),
-				Err:  fmt.Errorf("cannot lock %s: %s", opts.Key, cmdutil.Describe(r.err, opts.target())),
+				Err:  fmt.Errorf("cannot lock %s: %s", opts.Key, opts.describe(r.err)),
 			}
 		}
 		return r.l, nil
@@ -238,6 +241,18 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 		}
 		return nil, &cli.ExitError{Code: 128 + signalNumber(sig), Err: fmt.Errorf("interrupted while waiting for %s", opts.Key)}
 	}
+}
+
+// describe is cmdutil.Describe, plus the contexts for the key's region
+// when lockd refused it as homed elsewhere.
+func (o *Options) describe(err error) string {
+	msg := cmdutil.Describe(err, o.target())
+	if o.ServingHint != nil {
+		if hint := o.ServingHint(err); hint != "" {
+			msg += "\n" + hint
+		}
+	}
+	return msg
 }
 
 func (o *Options) target() string {
