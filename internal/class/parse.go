@@ -357,20 +357,25 @@ func (dp *docProblems) decode(js []byte, raw map[string]any, doc any) bool {
 }
 
 func (dp *docProblems) metadata(m metadataDoc) {
-	switch {
-	case m.Name == "":
-		dp.add("metadata.name", "is required")
-	case !lockkey.IsDNSLabel(m.Name):
-		dp.add("metadata.name", fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", m.Name))
-	}
-	switch {
-	case m.Namespace == "":
-		dp.add("metadata.namespace", "is required")
-	case !lockkey.IsDNSLabel(m.Namespace):
-		dp.add("metadata.namespace", fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", m.Namespace))
-	case dp.p.nsDir != "" && m.Namespace != dp.p.nsDir:
+	dp.dnsLabel("metadata.name", m.Name, "")
+	if dp.dnsLabel("metadata.namespace", m.Namespace, "") && dp.p.nsDir != "" && m.Namespace != dp.p.nsDir {
 		dp.addRule(RuleNamespaceFolder, "metadata.namespace", fmt.Sprintf("must equal the namespace folder %q, got %q", dp.p.nsDir, m.Namespace))
 	}
+}
+
+// dnsLabel checks a required field that must be a DNS label, reporting it
+// missing (with why, when not empty) or malformed; it reports whether v is
+// a DNS label.
+func (dp *docProblems) dnsLabel(field, v, why string) bool {
+	switch {
+	case v == "":
+		dp.add(field, strings.TrimSuffix("is required: "+why, ": "))
+	case !lockkey.IsDNSLabel(v):
+		dp.add(field, fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", v))
+	default:
+		return true
+	}
+	return false
 }
 
 func (dp *docProblems) class(doc *classDoc) *Class {
@@ -544,12 +549,7 @@ func (dp *docProblems) home(doc *homeDoc) *Home {
 		Source:    dp.p.path,
 		Line:      dp.d.start,
 	}
-	switch {
-	case h.Region == "":
-		dp.add("spec.region", "is required: the region whose lockd serves the namespace's keys")
-	case !lockkey.IsDNSLabel(h.Region):
-		dp.add("spec.region", fmt.Sprintf("must be a DNS label ([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?), got %q", h.Region))
-	}
+	dp.dnsLabel("spec.region", h.Region, "the region whose lockd serves the namespace's keys")
 	return h
 }
 
