@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -30,5 +31,17 @@ func TestGrantsClosedCountsTheUnionInsideTheRun(t *testing.T) {
 				t.Fatalf("grantsClosed = %s, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestEveryRoundRebuildsRightAfterTheRestore(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{KindStoreRebuild, KindLeaderPause, KindRestore, KindTailerKill}, []string{KindLeaderPause, KindRestore, KindStoreRebuild, KindTailerKill}},
+		{[]string{KindRestore, KindLeaderPause, KindStoreRebuild}, []string{KindRestore, KindStoreRebuild, KindLeaderPause}},
+		{[]string{KindLeaderPause, KindStoreRebuild}, []string{KindLeaderPause, KindStoreRebuild}},
+	} {
+		if got := rebuildAfterRestore(slices.Clone(tc.in)); !slices.Equal(got, tc.want) {
+			t.Errorf("rebuildAfterRestore(%v) = %v; want %v", tc.in, got, tc.want)
+		}
 	}
 }

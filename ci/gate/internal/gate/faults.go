@@ -75,6 +75,7 @@ func (r *run) inject(ctx context.Context) {
 	}
 	order := slices.DeleteFunc(append([]string(nil), r.o.Faults...), func(k string) bool { return !scheduled(k) })
 	r.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	order = rebuildAfterRestore(order)
 	quiet := func() bool {
 		d := time.Duration(1000+r.rnd.IntN(2000)) * time.Millisecond
 		if time.Until(end) < d {
@@ -107,6 +108,20 @@ func (r *run) inject(ctx context.Context) {
 		}
 		cancel()
 	}
+}
+
+// rebuildAfterRestore moves a store rebuild to right after the restore in
+// order, so every round destroys a restored store seconds after its epoch
+// advance: the audit history must have read that store life first. (The
+// gate once went on before the tailer had, and the advance was missing
+// from the history; only a shuffle that put the two together showed it.)
+func rebuildAfterRestore(order []string) []string {
+	if !slices.Contains(order, KindRestore) || !slices.Contains(order, KindStoreRebuild) {
+		return order
+	}
+	order = slices.DeleteFunc(order, func(k string) bool { return k == KindStoreRebuild })
+	i := slices.Index(order, KindRestore)
+	return slices.Insert(order, i+1, KindStoreRebuild)
 }
 
 // fits reports whether kind fits in what is left of the run (begin to
