@@ -113,8 +113,9 @@ type Config struct {
 	OpenAfter time.Duration
 	// Region is the region this arbiter serves (region.go): keys of a
 	// namespace homed to another region are refused with ErrWrongRegion
-	// before any etcd read, never forwarded. Empty serves every namespace,
-	// which only a class set naming at most one region allows.
+	// before any etcd read, never forwarded. Empty serves every namespace
+	// while the class set names at most one region; with several, it
+	// refuses every homed namespace (lockd refuses to start so).
 	Region string
 	// RegionEndpoints are other regions' lockd addresses, named in a
 	// refusal so the caller knows where to go.

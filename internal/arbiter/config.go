@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -82,11 +81,6 @@ func (cfg *Config) validate(policy *Policy) error {
 	for r := range cfg.RegionEndpoints {
 		if !lockkey.IsDNSLabel(r) {
 			add("RegionEndpoints", "%q is not a region name (a DNS label)", r)
-		}
-	}
-	if policy != nil && policy.Classes != nil && cfg.Region == "" {
-		if rs := policy.Classes.Regions(); len(rs) > 1 {
-			add("Region", "required: the classes home namespaces to regions %s; name the one this lockd serves", strings.Join(rs, ", "))
 		}
 	}
 	for i, op := range cfg.Operators {

@@ -614,11 +614,8 @@ func (t *Tailer) probe(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		lagRev, lagFor, cluster := t.lag(resp.Header.ClusterId, resp.Header.Revision, t.cfg.Now())
-		if cluster == 0 {
-			continue
-		}
-		c := hex(cluster)
+		lagRev, lagFor := t.lag(resp.Header.ClusterId, resp.Header.Revision, t.cfg.Now())
+		c := hex(resp.Header.ClusterId)
 		t.m.lagRevisions.WithLabelValues(c).Set(float64(lagRev))
 		t.m.lagSeconds.WithLabelValues(c).Set(lagFor.Seconds())
 		t.m.pastHalf.WithLabelValues(c).Set(b2f(lagFor >= t.cfg.CompactionWindow/2))
@@ -629,7 +626,7 @@ func (t *Tailer) probe(ctx context.Context) {
 // lag records a head sample of the store (cluster) and returns its lag
 // against the stored revision. Of a store other than the one the history
 // is on (restored under a new cluster ID), nothing is stored yet.
-func (t *Tailer) lag(cluster uint64, head int64, now time.Time) (int64, time.Duration, uint64) {
+func (t *Tailer) lag(cluster uint64, head int64, now time.Time) (int64, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cluster != t.headCluster {
@@ -650,7 +647,7 @@ func (t *Tailer) lag(cluster uint64, head int64, now time.Time) (int64, time.Dur
 	}
 	t.samples = t.samples[i:]
 	if head <= done || len(t.samples) == 0 {
-		return 0, 0, cluster
+		return 0, 0
 	}
 	// The probe's samples say it to the probe's interval; rows read but
 	// not stored yet say it to the moment.
@@ -658,7 +655,7 @@ func (t *Tailer) lag(cluster uint64, head int64, now time.Time) (int64, time.Dur
 	if !t.pendingSince.IsZero() && cluster == t.cluster {
 		lagFor = max(lagFor, now.Sub(t.pendingSince))
 	}
-	return head - done, lagFor, cluster
+	return head - done, lagFor
 }
 
 func epochOf(kvs []*mvccpb.KeyValue) uint32 {

@@ -53,11 +53,7 @@ func Run(f *cmdutil.Factory, args []string) int {
 	code := cmdutil.ExitCodeFor(err)
 	var ee *cli.ExitError
 	if !errors.As(err, &ee) {
-		msg := cmdutil.Describe(err, f.Target())
-		if hint := f.ServingHint(err); hint != "" {
-			msg += "\n" + hint
-		}
-		err = &described{err: err, msg: msg}
+		err = &described{err: err, msg: f.Describe(err)}
 	}
 	cmdPath := ""
 	if cmd != nil {

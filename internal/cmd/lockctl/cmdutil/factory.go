@@ -104,10 +104,20 @@ func (f *Factory) Printer() *printer.Printer {
 	}
 }
 
-// ServingHint names the contexts of the resolved config for the region a
-// WRONG_REGION refusal (err) names: "" when err is not one, or no context
-// serves it.
-func (f *Factory) ServingHint(err error) string {
+// Describe is [Describe] for lockd at f's target, plus, for a
+// WRONG_REGION refusal, the contexts of the resolved config that serve the
+// region it names.
+func (f *Factory) Describe(err error) string {
+	msg := Describe(err, f.Target())
+	if hint := f.servingHint(err); hint != "" {
+		msg += "\n" + hint
+	}
+	return msg
+}
+
+// servingHint names the contexts for the region a WRONG_REGION refusal
+// names: "" when err is not one, or the config cannot be read.
+func (f *Factory) servingHint(err error) string {
 	region, endpoint, ok := client.Region(err)
 	if !ok {
 		return ""

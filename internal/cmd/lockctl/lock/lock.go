@@ -36,11 +36,9 @@ const acquireSlack = 15 * time.Second
 type Options struct {
 	IO     *iostreams.IOStreams
 	Client func() (*client.Client, error)
-	// Target names lockd in error messages.
-	Target func() string
-	// ServingHint names the contexts for the region of a WRONG_REGION
-	// refusal ("" otherwise).
-	ServingHint func(error) string
+	// Describe renders an error from lockd with what to do about it
+	// (cmdutil.Factory.Describe); nil: cmdutil.Describe without a target.
+	Describe func(error) string
 	// Environ is the environment the command inherits (os.Environ).
 	Environ func() []string
 
@@ -54,7 +52,7 @@ type Options struct {
 // NewCmdLock returns `lockctl lock`. runF, when set, replaces the run
 // function (tests).
 func NewCmdLock(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
-	opts := &Options{IO: f.IOStreams, Client: f.Client, Target: f.Target, ServingHint: f.ServingHint, Environ: os.Environ}
+	opts := &Options{IO: f.IOStreams, Client: f.Client, Describe: f.Describe, Environ: os.Environ}
 	cmd := &cobra.Command{
 		Use:   "lock <key> [--wait 30s] [--grace 10s] -- <command> [args...]",
 		Short: "Run a command while holding a lock",
@@ -243,30 +241,18 @@ func acquire(opts *Options, c *client.Client, sigs <-chan os.Signal, onFence fun
 	}
 }
 
-// describe is cmdutil.Describe, plus the contexts for the key's region
-// when lockd refused it as homed elsewhere.
 func (o *Options) describe(err error) string {
-	msg := cmdutil.Describe(err, o.target())
-	if o.ServingHint != nil {
-		if hint := o.ServingHint(err); hint != "" {
-			msg += "\n" + hint
-		}
+	if o.Describe == nil {
+		return cmdutil.Describe(err, "")
 	}
-	return msg
-}
-
-func (o *Options) target() string {
-	if o.Target == nil {
-		return ""
-	}
-	return o.Target()
+	return o.Describe(err)
 }
 
 func release(opts *Options, l *client.Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := l.Release(ctx); err != nil {
-		fmt.Fprintf(opts.IO.ErrOut, "lockctl: warning: release %s: %s\n", opts.Key, cmdutil.Describe(err, opts.target()))
+		fmt.Fprintf(opts.IO.ErrOut, "lockctl: warning: release %s: %s\n", opts.Key, opts.describe(err))
 	}
 }
 

@@ -32,9 +32,9 @@ func testOptions(t *testing.T, env *lockdtest.Env, key, class string, command ..
 		Client: func() (*client.Client, error) {
 			return client.New(client.WithTarget(env.Addr), client.WithInsecureIdentity(lockdtest.Alice))
 		},
-		Target:  func() string { return env.Addr },
-		Environ: func() []string { return []string{"PATH=/usr/bin:/bin", "LOCK_TOKEN=stale"} },
-		Key:     key, Class: class, Grace: time.Second, Command: command,
+		Describe: func(err error) string { return cmdutil.Describe(err, env.Addr) },
+		Environ:  func() []string { return []string{"PATH=/usr/bin:/bin", "LOCK_TOKEN=stale"} },
+		Key:      key, Class: class, Grace: time.Second, Command: command,
 	}, out, errOut
 }
 
