@@ -10,6 +10,7 @@ package lockdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -272,11 +274,29 @@ func (e *Env) Stop() { e.Daemon.Close() }
 // StartEmbedded starts an embedded etcd in dir; the caller closes it.
 func StartEmbedded(t testing.TB, dir string) *store.Backend {
 	t.Helper()
-	b, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientURL: "http://" + FreeAddr(t), PeerURL: "http://" + FreeAddr(t)})
+	b, err := startEmbedded(dir, func() (string, string) { return FreeAddr(t), FreeAddr(t) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// startEmbedded starts an embedded etcd in dir on the client and peer
+// addresses addrs gives. FreeAddr's port is free when it answers, but
+// another process (tests of other packages run alongside) may bind it
+// before etcd does: then it tries new addresses, a few times. etcd binds
+// its listeners before it writes anything to dir.
+func startEmbedded(dir string, addrs func() (client, peer string)) (*store.Backend, error) {
+	var err error
+	for range 5 {
+		c, p := addrs()
+		var b *store.Backend
+		b, err = store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientURL: "http://" + c, PeerURL: "http://" + p})
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return b, err
+		}
+	}
+	return nil, err
 }
 
 // FreeAddr returns a free loopback host:port.
