@@ -207,13 +207,27 @@ func (c *Client) AdminService() lockv1.AdminServiceClient { return c.admin }
 // tracerName names the client's spans' instrumentation scope.
 const tracerName = "github.com/lockd-dev/lockd/pkg/client"
 
-// closeTimeout bounds Close's calls to lockd.
+// closeTimeout bounds Close.
 const closeTimeout = 5 * time.Second
 
 // Close closes every session (releasing its holds at lockd) and the
-// connection. Locks still held end with ErrClosed; their onFence does not
-// run.
+// connection, within closeTimeout: Shutdown with that deadline. Locks still
+// held end with ErrClosed; their onFence does not run.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	return c.Shutdown(ctx)
+}
+
+// Shutdown closes every session (releasing its holds at lockd) and the
+// connection. While lockd or its store is unavailable it keeps asking
+// lockd to end each session, and each session the client gave up earlier,
+// until they are ended or ctx is done: a holder that shuts down in an
+// etcd outage then frees its keys as soon as the store is back, rather
+// than when its sessions expire (etcd renews every lease when it elects a
+// leader, so that is a TTL after the outage). Locks still held end with
+// ErrClosed; their onFence does not run.
+func (c *Client) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -225,14 +239,20 @@ func (c *Client) Close() error {
 		sessions = append(sessions, s)
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
+	var ending sync.WaitGroup
 	for _, s := range sessions {
 		s.lose(ErrClosed, false)
-		_, _ = c.lock.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: s.id})
+		ending.Go(func() { c.endSession(s.id) })
+	}
+	ended := make(chan struct{})
+	go func() { ending.Wait(); c.bg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-ctx.Done():
 	}
 	c.cancel()
 	c.ka.close()
+	ending.Wait()
 	c.bg.Wait()
 	return c.conn.Close()
 }

@@ -426,3 +426,50 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// TestShutdownInAnOutageFreesTheKeysOnceTheStoreIsBack: a holder that shuts
+// down while etcd has no quorum keeps asking lockd to end its session, so
+// its key is free within moments of quorum's return. Without that its hold
+// lasts until the session's lease expires, and etcd renews every lease to a
+// whole TTL when it elects a leader: the key would stay held for a TTL
+// (15 s here) after the outage, so a hold gone sooner was ended by lockd.
+func TestShutdownInAnOutageFreesTheKeysOnceTheStoreIsBack(t *testing.T) {
+	cluster := lockdtest.StartCluster(t, t.TempDir())
+	b, err := store.ConnectExternal(store.ExternalConfig{Endpoints: cluster.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	env := lockdtest.Start(t, lockdtest.Options{Backend: b, FreshStore: true, RequestTimeout: time.Second})
+	c := env.Client(t, lockdtest.Alice)
+	if _, err := c.Acquire(t.Context(), "t/shutdown", "", func(*client.Lock) {}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Stop(1)
+	cluster.Stop(2)
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		shut <- c.Shutdown(ctx)
+	}()
+	time.Sleep(4 * time.Second) // past Close's own bound: every attempt so far failed
+	cluster.Restart(1, 2)
+	back := time.Now()
+	const ttl = 15 * time.Second // class t/std
+	lockdtest.WaitFor(t, ttl-time.Second, "the hold to be ended before its lease could expire", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		resp, err := b.Client.Get(ctx, "/l/t/shutdown")
+		return err == nil && len(resp.Kvs) == 0
+	})
+	t.Logf("hold ended %s after the members restarted", time.Since(back).Round(100*time.Millisecond))
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return once the session was ended")
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -72,7 +74,9 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 		c.mu.Unlock()
 		// Lost a race with another Acquire: keep the first, drop ours.
 		s.fence.Stop()
-		c.closeSession(s.id)
+		if !c.background(func() { c.endSession(s.id) }) {
+			c.endSession(s.id) // closed meanwhile: Shutdown ends the retries
+		}
 		if other == nil {
 			return nil, ErrClosed
 		}
@@ -85,11 +89,34 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 	return s, nil
 }
 
-// closeSession tells lockd to end a session, best effort and bounded.
-func (c *Client) closeSession(id int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// endSessionFor bounds how long the client keeps asking lockd to end a
+// session it gave up, while lockd or its store is unavailable.
+const endSessionFor = 2 * time.Minute
+
+// endSession tells lockd to end a session. It asks again while lockd or its
+// store is unavailable (the session's lease, and so its holds, would
+// otherwise outlive an outage by a TTL), for up to endSessionFor and until
+// the client is shut down; any answer from lockd ends it.
+func (c *Client) endSession(id int64) {
+	ctx, cancel := context.WithTimeout(c.ctx, endSessionFor)
 	defer cancel()
-	_, _ = c.lock.CloseSession(ctx, &lockv1.CloseSessionRequest{SessionId: id})
+	backoff := 200 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.lock.CloseSession(actx, &lockv1.CloseSessionRequest{SessionId: id})
+		acancel()
+		if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 func (s *session) deadlineLocked() time.Time { return s.lastOK.Add(s.ttl - fenceMargin) }
@@ -125,7 +152,7 @@ func (s *session) checkDeadline() {
 	s.mu.Unlock()
 	s.c.log.Warn("lock session lost: local deadline passed", "session", s.id)
 	s.lose(ErrDeadline, true)
-	s.c.background(func() { s.c.closeSession(s.id) })
+	s.c.background(func() { s.c.endSession(s.id) })
 }
 
 // lose ends the session locally: every lock is lost with err (onFence runs
@@ -165,7 +192,7 @@ func (s *session) end(key string, cause error) {
 	s.c.log.Warn("ending lock session: could not learn whether a hold still exists; it expires with the session",
 		"session", s.id, "key", key, "err", cause)
 	s.lose(ErrSessionEnded, true)
-	s.c.background(func() { s.c.closeSession(s.id) })
+	s.c.background(func() { s.c.endSession(s.id) })
 }
 
 // run sends a keepalive every TTL/3 and marks the session degraded when one

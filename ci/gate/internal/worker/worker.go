@@ -244,14 +244,28 @@ func (w *worker) client() (*client.Client, error) {
 	return c, nil
 }
 
+// shutdownFor bounds how long an old client keeps asking lockd to end its
+// sessions: longer than a quorum loss's outage and the TTL after it.
+const shutdownFor = 90 * time.Second
+
 func (w *worker) recycle() {
 	if w.cli == nil {
 		return
 	}
 	c := w.cli
 	w.cli = nil
+	// Shut the old client down in the background: it keeps asking lockd to
+	// end its sessions while the store is unavailable, as a careful holder
+	// does, so a hold whose release was lost in an outage is freed when the
+	// store is back rather than a TTL later (etcd renews every lease when it
+	// elects a leader).
 	done := make(chan struct{})
-	go func() { _ = c.Close(); close(done) }()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownFor)
+		defer cancel()
+		_ = c.Shutdown(ctx)
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
