@@ -142,10 +142,12 @@ func NewPolicy(set *class.Set) *Policy {
 
 // Arbiter serves grants. It is safe for concurrent use.
 type Arbiter struct {
-	cli         *clientv3.Client
-	leases      pb.LeaseClient
+	// cell is the one etcd cluster this arbiter fronts, and everything
+	// tied to it (cell.go). Its fields and methods are promoted while the
+	// arbiter is being split into a router over several cells.
+	*cell
+
 	operators   map[string]bool
-	admin       adminKV // the admin operations' limited view of etcd
 	oidcOps     bool
 	log         *slog.Logger
 	now         func() time.Time
@@ -157,32 +159,6 @@ type Arbiter struct {
 	bootstrap   Bootstrap
 
 	policy atomic.Pointer[Policy]
-	epoch  atomic.Pointer[epochState]
-	// epochMu serialises epoch state changes and the state file;
-	// reloadMu serialises refresh reads (their revisions are compared) and
-	// lets one keepalive re-read a stale epoch for all; it is given up on
-	// when the waiter's context ends.
-	epochMu     sync.Mutex
-	reloadMu    chanMutex
-	stateFile   string
-	floor       watermark // the state file at start
-	mark        watermark // the state file now (epochMu)
-	markWritten time.Time
-	lastRead    struct {
-		epoch uint32
-		rev   int64
-	}
-	maxTTLSeen atomic.Int64 // seconds
-	// storeChanged is closed (and replaced) when the epoch state changes.
-	storeMu      sync.Mutex
-	storeChanged chan struct{}
-
-	qmu     sync.Mutex
-	queues  map[string]*queue
-	waiters map[string]int // identity -> waiters queued here (qmu)
-	// lines are the views of the durable lines this arbiter serves
-	// waiters of, by key (qmu).
-	lines map[string]*lineView
 
 	sessions   sync.Map // int64 -> *sessionInfo
 	smu        sync.Mutex
@@ -192,14 +168,7 @@ type Arbiter struct {
 
 	removed removedHolds // force-released holds, for keepalive answers
 
-	open *openState // the open posture; nil without a spool
-	// readsFailing is when epoch reads started failing, as time since
-	// monoBase plus one; 0 while they succeed (noQuorumFor).
-	readsFailing atomic.Int64
-	monoBase     time.Time
-	// holdOffUntil is until when (time since monoBase) classes open on
-	// quorum loss are not granted through etcd (recovery.go).
-	holdOffUntil atomic.Int64
+	monoBase time.Time // the base of the monotonic times kept as durations
 
 	validate validateLimits
 
@@ -226,10 +195,8 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		return nil, err
 	}
 	a := &Arbiter{
-		cli:             cfg.Client,
-		leases:          cfg.Leases,
+		cell:            newCell(cfg.Client, cfg.Leases, cfg.StateFile, floor),
 		operators:       map[string]bool{},
-		admin:           adminKV{kv: cfg.Client},
 		oidcOps:         cfg.OIDCOperators,
 		log:             cfg.Logger,
 		now:             cfg.Now,
@@ -239,19 +206,12 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		maxEpochAge:     cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
 		metrics:         cfg.Metrics,
 		bootstrap:       cfg.Bootstrap,
-		stateFile:       cfg.StateFile,
-		floor:           floor,
-		mark:            floor,
 		validate:        validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
-		queues:          map[string]*queue{},
-		waiters:         map[string]int{},
-		lines:           map[string]*lineView{},
 		sessionsBy:      map[string]int{},
 		maxSess:         cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
 		maxWaiters:      cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:          make(chan struct{}),
 		draining:        make(chan struct{}),
-		reloadMu:        make(chanMutex, 1),
 		monoBase:        time.Now(),
 		region:          cfg.Region,
 		regionEndpoints: maps.Clone(cfg.RegionEndpoints),

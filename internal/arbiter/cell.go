@@ -1,0 +1,80 @@
+package arbiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A cell is one etcd cluster and everything the arbiter keeps that is tied
+// to it: the client, the epoch record and its seal, the state file's
+// watermark for the cluster, the waiting lines for its keys and the open
+// posture taken when it loses quorum. A key lives in exactly one cell (its
+// class's tier picks it); nothing in a cell is shared with another, so an
+// incident in one cluster is confined to the keys homed there.
+//
+// The arbiter fronts one cell today, embedded in Arbiter; the policy,
+// operators, quotas, region and the session table stay with the arbiter.
+type cell struct {
+	cli    *clientv3.Client
+	leases pb.LeaseClient
+	admin  adminKV // the admin operations' limited view of etcd
+
+	epoch atomic.Pointer[epochState]
+	// epochMu serialises epoch state changes and the state file;
+	// reloadMu serialises refresh reads (their revisions are compared) and
+	// lets one keepalive re-read a stale epoch for all; it is given up on
+	// when the waiter's context ends.
+	epochMu     sync.Mutex
+	reloadMu    chanMutex
+	stateFile   string
+	floor       watermark // the state file at start
+	mark        watermark // the state file now (epochMu)
+	markWritten time.Time
+	lastRead    struct {
+		epoch uint32
+		rev   int64
+	}
+	maxTTLSeen atomic.Int64 // seconds
+	// storeChanged is closed (and replaced) when the epoch state changes.
+	storeMu      sync.Mutex
+	storeChanged chan struct{}
+
+	// qmu guards the waiting lines. waiters counts, per identity, the
+	// waiters queued here: a quota of the arbiter's, kept with the lines
+	// it is taken under while there is one cell.
+	qmu     sync.Mutex
+	queues  map[string]*queue
+	waiters map[string]int // identity -> waiters queued here (qmu)
+	// lines are the views of the durable lines this arbiter serves
+	// waiters of, by key (qmu).
+	lines map[string]*lineView
+
+	open *openState // the open posture; nil without a spool
+	// readsFailing is when epoch reads started failing, as time since
+	// the arbiter's monoBase plus one; 0 while they succeed (noQuorumFor).
+	readsFailing atomic.Int64
+	// holdOffUntil is until when (time since monoBase) classes open on
+	// quorum loss are not granted through etcd (recovery.go).
+	holdOffUntil atomic.Int64
+}
+
+// newCell returns the cell of the cluster cli reaches, with the state
+// file's watermark floor.
+func newCell(cli *clientv3.Client, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
+	return &cell{
+		cli:       cli,
+		leases:    leases,
+		admin:     adminKV{kv: cli},
+		stateFile: stateFile,
+		floor:     floor,
+		mark:      floor,
+		reloadMu:  make(chanMutex, 1),
+		queues:    map[string]*queue{},
+		waiters:   map[string]int{},
+		lines:     map[string]*lineView{},
+	}
+}
