@@ -147,16 +147,12 @@ type Arbiter struct {
 	// arbiter is being split into a router over several cells.
 	*cell
 
-	operators   map[string]bool
-	oidcOps     bool
-	log         *slog.Logger
-	now         func() time.Time
-	timeout     time.Duration
-	poll        time.Duration
-	refresh     time.Duration
-	maxEpochAge time.Duration
-	metrics     *Metrics
-	bootstrap   Bootstrap
+	operators map[string]bool
+	oidcOps   bool
+	log       *slog.Logger
+	now       func() time.Time
+	poll      time.Duration
+	metrics   *Metrics
 
 	policy atomic.Pointer[Policy]
 
@@ -167,8 +163,6 @@ type Arbiter struct {
 	maxWaiters int
 
 	removed removedHolds // force-released holds, for keepalive answers
-
-	monoBase time.Time // the base of the monotonic times kept as durations
 
 	validate validateLimits
 
@@ -194,25 +188,35 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	log, metrics := cfg.Logger, cfg.Metrics
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil, nil)
+	}
 	a := &Arbiter{
-		cell:            newCell(cfg.Client, cfg.Leases, cfg.StateFile, floor),
+		cell: newCell(cellConfig{
+			log:         log,
+			metrics:     metrics,
+			timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
+			refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
+			maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
+			bootstrap:   cfg.Bootstrap,
+			monoBase:    time.Now(),
+		}, cfg.Client, cfg.Leases, cfg.StateFile, floor),
 		operators:       map[string]bool{},
 		oidcOps:         cfg.OIDCOperators,
-		log:             cfg.Logger,
+		log:             log,
 		now:             cfg.Now,
-		timeout:         cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
 		poll:            cmp.Or(cfg.PollInterval, defaultPollInterval),
-		refresh:         cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
-		maxEpochAge:     cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
-		metrics:         cfg.Metrics,
-		bootstrap:       cfg.Bootstrap,
+		metrics:         metrics,
 		validate:        validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
 		sessionsBy:      map[string]int{},
 		maxSess:         cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
 		maxWaiters:      cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
 		closed:          make(chan struct{}),
 		draining:        make(chan struct{}),
-		monoBase:        time.Now(),
 		region:          cfg.Region,
 		regionEndpoints: maps.Clone(cfg.RegionEndpoints),
 	}
@@ -221,14 +225,8 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	for _, op := range cfg.Operators {
 		a.operators[op] = true
 	}
-	if a.log == nil {
-		a.log = slog.New(slog.DiscardHandler)
-	}
 	if a.now == nil {
 		a.now = time.Now
-	}
-	if a.metrics == nil {
-		a.metrics = NewMetrics(nil, nil)
 	}
 	a.policy.Store(policy)
 	if cfg.SpoolDir != "" {
@@ -341,19 +339,19 @@ func (a *Arbiter) Close() {
 // callCtx derives the context for one etcd call: the arbiter's request
 // timeout, or a little less than the caller's deadline so the caller hears
 // Unavailable before its own deadline passes.
-func (a *Arbiter) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, a.callTimeout(ctx))
+func (c *cell) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.callTimeout(ctx))
 }
 
 // txnCtx is callCtx for a grant transaction: bounded the same way, but not
 // cancelled when the caller goes away, so the arbiter always learns whether
 // a grant it sent committed (and releases one whose caller has left).
-func (a *Arbiter) txnCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), a.callTimeout(ctx))
+func (c *cell) txnCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout(ctx))
 }
 
-func (a *Arbiter) callTimeout(ctx context.Context) time.Duration {
-	d := a.timeout
+func (c *cell) callTimeout(ctx context.Context) time.Duration {
+	d := c.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl)
 		margin := min(left/20, 100*time.Millisecond)

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,8 @@ import (
 // The arbiter fronts one cell today, embedded in Arbiter; the policy,
 // operators, quotas, region and the session table stay with the arbiter.
 type cell struct {
+	cellConfig
+
 	cli    *clientv3.Client
 	leases pb.LeaseClient
 	admin  adminKV // the admin operations' limited view of etcd
@@ -55,26 +58,42 @@ type cell struct {
 
 	open *openState // the open posture; nil without a spool
 	// readsFailing is when epoch reads started failing, as time since
-	// the arbiter's monoBase plus one; 0 while they succeed (noQuorumFor).
+	// monoBase plus one; 0 while they succeed (noQuorumFor).
 	readsFailing atomic.Int64
 	// holdOffUntil is until when (time since monoBase) classes open on
 	// quorum loss are not granted through etcd (recovery.go).
 	holdOffUntil atomic.Int64
 }
 
+// cellConfig is what a cell is run with.
+type cellConfig struct {
+	log     *slog.Logger
+	metrics *Metrics
+	// timeout bounds one etcd call; the epoch is re-read every refresh and
+	// is confirmed when read within maxEpochAge.
+	timeout     time.Duration
+	refresh     time.Duration
+	maxEpochAge time.Duration
+	bootstrap   Bootstrap
+	// monoBase is the base of the monotonic times the cell keeps as
+	// durations (readsFailing, holdOffUntil).
+	monoBase time.Time
+}
+
 // newCell returns the cell of the cluster cli reaches, with the state
 // file's watermark floor.
-func newCell(cli *clientv3.Client, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
+func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
 	return &cell{
-		cli:       cli,
-		leases:    leases,
-		admin:     adminKV{kv: cli},
-		stateFile: stateFile,
-		floor:     floor,
-		mark:      floor,
-		reloadMu:  make(chanMutex, 1),
-		queues:    map[string]*queue{},
-		waiters:   map[string]int{},
-		lines:     map[string]*lineView{},
+		cellConfig: cfg,
+		cli:        cli,
+		leases:     leases,
+		admin:      adminKV{kv: cli},
+		stateFile:  stateFile,
+		floor:      floor,
+		mark:       floor,
+		reloadMu:   make(chanMutex, 1),
+		queues:     map[string]*queue{},
+		waiters:    map[string]int{},
+		lines:      map[string]*lineView{},
 	}
 }

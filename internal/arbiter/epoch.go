@@ -185,11 +185,11 @@ type Bootstrap struct {
 
 // initEpoch reads /sys/epoch and installs the state, creating the record
 // only where Bootstrap allows.
-func (a *Arbiter) initEpoch(ctx context.Context) error {
+func (c *cell) initEpoch(ctx context.Context) error {
 	for range 3 {
 		start := time.Now()
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Get(cctx, epochKey)
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := c.cli.Get(cctx, epochKey)
 		cancel()
 		if err != nil {
 			return storeErr(ctx, err)
@@ -198,20 +198,20 @@ func (a *Arbiter) initEpoch(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		first, ok := a.bootstrapEpoch(o)
+		first, ok := c.bootstrapEpoch(o)
 		if o.found || !ok {
-			a.epochMu.Lock()
-			st := nextEpoch(nil, o, a.floor)
-			a.installLocked(st)
+			c.epochMu.Lock()
+			st := nextEpoch(nil, o, c.floor)
+			c.installLocked(st)
 			if !st.sealed {
-				a.lastRead.epoch, a.lastRead.rev = st.epoch, o.rev
-				a.rememberLocked(st, o.rev)
+				c.lastRead.epoch, c.lastRead.rev = st.epoch, o.rev
+				c.rememberLocked(st, o.rev)
 			}
-			a.epochMu.Unlock()
+			c.epochMu.Unlock()
 			return nil
 		}
-		cctx, cancel = a.callCtx(ctx)
-		_, err = a.cli.Txn(cctx).
+		cctx, cancel = c.callCtx(ctx)
+		_, err = c.cli.Txn(cctx).
 			If(clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)).
 			Then(clientv3.OpPut(epochKey, encodeEpoch(first, o.store))).
 			Commit()
@@ -219,61 +219,61 @@ func (a *Arbiter) initEpoch(ctx context.Context) error {
 		if err != nil {
 			return storeErr(ctx, err)
 		}
-		a.log.Info("epoch created", "epoch", first, "cluster_id", hexID(o.store), "why", a.bootstrapWhy())
+		c.log.Info("epoch created", "epoch", first, "cluster_id", hexID(o.store), "why", c.bootstrapWhy())
 	}
 	return fmt.Errorf("%w: could not create the epoch record", ErrInternal)
 }
 
 // bootstrapEpoch is the epoch the arbiter may create on this store, if any.
-func (a *Arbiter) bootstrapEpoch(o observation) (uint32, bool) {
+func (c *cell) bootstrapEpoch(o observation) (uint32, bool) {
 	switch {
-	case a.bootstrap.FreshStore:
-		return a.floor.Epoch + 1, true
-	case a.bootstrap.ClusterID != 0 && a.bootstrap.ClusterID == o.store && a.floor.Epoch == 0:
+	case c.bootstrap.FreshStore:
+		return c.floor.Epoch + 1, true
+	case c.bootstrap.ClusterID != 0 && c.bootstrap.ClusterID == o.store && c.floor.Epoch == 0:
 		return 1, true
-	case a.bootstrap.ClusterID != 0:
-		a.log.Warn("not creating the epoch record: the bootstrap cluster ID does not match the store's, or this lockd served an epoch before",
-			"bootstrap_cluster_id", hexID(a.bootstrap.ClusterID), "store_cluster_id", hexID(o.store), "highest_epoch", a.floor.Epoch)
+	case c.bootstrap.ClusterID != 0:
+		c.log.Warn("not creating the epoch record: the bootstrap cluster ID does not match the store's, or this lockd served an epoch before",
+			"bootstrap_cluster_id", hexID(c.bootstrap.ClusterID), "store_cluster_id", hexID(o.store), "highest_epoch", c.floor.Epoch)
 	}
 	return 0, false
 }
 
-func (a *Arbiter) bootstrapWhy() string {
-	if a.bootstrap.FreshStore {
+func (c *cell) bootstrapWhy() string {
+	if c.bootstrap.FreshStore {
 		return "embedded store on an empty data dir"
 	}
 	return "first deployment on the named cluster"
 }
 
 // apply installs the state after observation o and returns it.
-func (a *Arbiter) apply(o observation) *epochState {
-	a.epochMu.Lock()
-	defer a.epochMu.Unlock()
-	st := nextEpoch(a.epoch.Load(), o, a.floor)
-	a.installLocked(st)
+func (c *cell) apply(o observation) *epochState {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	st := nextEpoch(c.epoch.Load(), o, c.floor)
+	c.installLocked(st)
 	return st
 }
 
-func (a *Arbiter) installLocked(st *epochState) {
-	old := a.epoch.Swap(st)
-	a.metrics.setSealed(st.sealed, st.epoch)
+func (c *cell) installLocked(st *epochState) {
+	old := c.epoch.Swap(st)
+	c.metrics.setSealed(st.sealed, st.epoch)
 	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.clusterID != st.clusterID {
 		// The store may have been swapped (a restore or a rebuild starts
 		// its revisions lower): watches from a revision of the old store
 		// would wait for revisions that are not coming. Followers list again.
-		a.storeMu.Lock()
-		if a.storeChanged != nil {
-			close(a.storeChanged)
+		c.storeMu.Lock()
+		if c.storeChanged != nil {
+			close(c.storeChanged)
 		}
-		a.storeChanged = make(chan struct{})
-		a.storeMu.Unlock()
+		c.storeChanged = make(chan struct{})
+		c.storeMu.Unlock()
 	}
 	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.why != st.why {
 		if st.sealed {
-			a.log.Error("sealed: grants and renewals are refused until the epoch advances", "epoch", st.epoch,
+			c.log.Error("sealed: grants and renewals are refused until the epoch advances", "epoch", st.epoch,
 				"record_cluster_id", hexID(st.clusterID), "store_cluster_id", hexID(st.store), "why", st.why)
 		} else {
-			a.log.Info("epoch state", "epoch", st.epoch, "cluster_id", hexID(st.clusterID), "sealed", false)
+			c.log.Info("epoch state", "epoch", st.epoch, "cluster_id", hexID(st.clusterID), "sealed", false)
 		}
 	}
 }
@@ -281,20 +281,20 @@ func (a *Arbiter) installLocked(st *epochState) {
 // checkHeader compares a response's cluster ID with the epoch record's. On a
 // mismatch the arbiter seals, for good; the caller must not hand out
 // anything from that response. A response without a header fails closed.
-func (a *Arbiter) checkHeader(h *pb.ResponseHeader) (*epochState, error) {
-	st := a.epoch.Load()
+func (c *cell) checkHeader(h *pb.ResponseHeader) (*epochState, error) {
+	st := c.epoch.Load()
 	if h == nil {
 		return st, fmt.Errorf("%w: a store response without a header", ErrInternal)
 	}
 	if h.ClusterId != st.clusterID && !(st.sealed && st.store == h.ClusterId) {
-		a.epochMu.Lock()
-		cur := a.epoch.Load()
+		c.epochMu.Lock()
+		cur := c.epoch.Load()
 		sealed := *cur
 		sealed.sealed, sealed.store = true, h.ClusterId
 		sealed.why = fmt.Sprintf("the store's cluster ID %s differs from the epoch record's %s (a restore): %s",
 			hexID(h.ClusterId), hexID(cur.clusterID), advanceHint(cur.epoch, cur.epoch))
-		a.installLocked(&sealed)
-		a.epochMu.Unlock()
+		c.installLocked(&sealed)
+		c.epochMu.Unlock()
 		st = &sealed
 	}
 	if st.sealed {
@@ -307,8 +307,8 @@ func sealedErr(st *epochState) error {
 	return fmt.Errorf("%w: %s", ErrSealed, st.why)
 }
 
-func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
-	t := time.NewTicker(a.refresh)
+func (c *cell) refreshEpochLoop(ctx context.Context) {
+	t := time.NewTicker(c.refresh)
 	defer t.Stop()
 	for {
 		select {
@@ -316,8 +316,8 @@ func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := a.reloadEpoch(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("epoch refresh failed", "err", err)
+		if _, err := c.reloadEpoch(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("epoch refresh failed", "err", err)
 		}
 	}
 }
@@ -327,21 +327,21 @@ func (a *Arbiter) refreshEpochLoop(ctx context.Context) {
 // revision. Reads are sequential here, so a revision lower than the last
 // one read in the same epoch means the store went back in time under the
 // same cluster ID: the arbiter seals.
-func (a *Arbiter) reloadEpoch(ctx context.Context) (int64, error) {
-	if err := a.reloadMu.lock(ctx); err != nil {
+func (c *cell) reloadEpoch(ctx context.Context) (int64, error) {
+	if err := c.reloadMu.lock(ctx); err != nil {
 		return 0, err
 	}
-	defer a.reloadMu.unlock()
-	return a.reloadEpochLocked(ctx)
+	defer c.reloadMu.unlock()
+	return c.reloadEpochLocked(ctx)
 }
 
-func (a *Arbiter) reloadEpochLocked(ctx context.Context) (int64, error) {
+func (c *cell) reloadEpochLocked(ctx context.Context) (int64, error) {
 	start := time.Now()
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, epochKey)
+	resp, err := c.cli.Get(cctx, epochKey)
 	if ctx.Err() == nil {
-		a.noteEpochRead(err)
+		c.noteEpochRead(err)
 	}
 	if err != nil {
 		return 0, storeErr(ctx, err)
@@ -350,20 +350,20 @@ func (a *Arbiter) reloadEpochLocked(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	a.epochMu.Lock()
-	defer a.epochMu.Unlock()
-	st := nextEpoch(a.epoch.Load(), o, a.floor)
-	if !st.sealed && st.epoch == a.lastRead.epoch && resp.Header.Revision < a.lastRead.rev {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	st := nextEpoch(c.epoch.Load(), o, c.floor)
+	if !st.sealed && st.epoch == c.lastRead.epoch && resp.Header.Revision < c.lastRead.rev {
 		sealed := *st
 		sealed.sealed = true
 		sealed.why = fmt.Sprintf("the store's revision went back from %d to %d under the same cluster ID (restored without a new cluster token?): %s",
-			a.lastRead.rev, resp.Header.Revision, advanceHint(st.epoch, st.epoch))
+			c.lastRead.rev, resp.Header.Revision, advanceHint(st.epoch, st.epoch))
 		st = &sealed
 	}
-	a.installLocked(st)
+	c.installLocked(st)
 	if !st.sealed {
-		a.lastRead.epoch, a.lastRead.rev = st.epoch, resp.Header.Revision
-		a.rememberLocked(st, resp.Header.Revision)
+		c.lastRead.epoch, c.lastRead.rev = st.epoch, resp.Header.Revision
+		c.rememberLocked(st, resp.Header.Revision)
 	}
 	return resp.Header.Revision, nil
 }
@@ -372,25 +372,25 @@ func (a *Arbiter) reloadEpochLocked(ctx context.Context) (int64, error) {
 // otherwise it reads the epoch again (one read for all callers at once).
 // Keepalive answers are credited only with a confirmed epoch: the epoch
 // advance's grace counts on it.
-func (a *Arbiter) confirmedEpoch(ctx context.Context) (*epochState, error) {
-	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
+func (c *cell) confirmedEpoch(ctx context.Context) (*epochState, error) {
+	if st := c.epoch.Load(); time.Since(st.readAt) <= c.maxEpochAge {
 		return st, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, a.maxEpochAge)
+	cctx, cancel := context.WithTimeout(ctx, c.maxEpochAge)
 	defer cancel()
-	if err := a.reloadMu.lock(cctx); err != nil {
-		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, a.maxEpochAge)
+	if err := c.reloadMu.lock(cctx); err != nil {
+		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, c.maxEpochAge)
 	}
-	defer a.reloadMu.unlock()
-	if st := a.epoch.Load(); time.Since(st.readAt) <= a.maxEpochAge {
+	defer c.reloadMu.unlock()
+	if st := c.epoch.Load(); time.Since(st.readAt) <= c.maxEpochAge {
 		return st, nil // another caller read it meanwhile
 	}
-	if _, err := a.reloadEpochLocked(cctx); err != nil {
+	if _, err := c.reloadEpochLocked(cctx); err != nil {
 		return nil, err
 	}
-	st := a.epoch.Load()
-	if time.Since(st.readAt) > a.maxEpochAge {
-		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, a.maxEpochAge)
+	st := c.epoch.Load()
+	if time.Since(st.readAt) > c.maxEpochAge {
+		return nil, fmt.Errorf("%w: the epoch could not be confirmed within %s", ErrUnavailable, c.maxEpochAge)
 	}
 	return st, nil
 }
@@ -408,15 +408,15 @@ func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
 	return a.epochStatus(rev), nil
 }
 
-func (a *Arbiter) epochStatus(rev int64) EpochStatus {
-	st := a.epoch.Load()
+func (c *cell) epochStatus(rev int64) EpochStatus {
+	st := c.epoch.Load()
 	return EpochStatus{Epoch: st.record, RecordClusterID: st.clusterID, StoreClusterID: st.store,
-		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: a.highestEpoch(), Revision: rev}
+		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: c.highestEpoch(), Revision: rev}
 }
 
 // highestEpoch is the highest epoch known to this arbiter.
-func (a *Arbiter) highestEpoch() uint32 {
-	return max(a.epoch.Load().epoch, a.floor.Epoch)
+func (c *cell) highestEpoch() uint32 {
+	return max(c.epoch.Load().epoch, c.floor.Epoch)
 }
 
 // EpochRequest is a pending request to advance the epoch.
@@ -439,8 +439,8 @@ type epochRecordRead struct {
 }
 
 // readEpochRecord reads /sys/epoch through the admin view.
-func (a *Arbiter) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
-	cur, err := a.admin.Get(ctx, epochKey)
+func (c *cell) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
+	cur, err := c.admin.Get(ctx, epochKey)
 	if err != nil {
 		return epochRecordRead{}, err
 	}
@@ -655,8 +655,8 @@ func (a *Arbiter) longestSessionTTL(ctx context.Context) (time.Duration, error) 
 }
 
 // seenTTL is the longest TTL of a session this arbiter has seen.
-func (a *Arbiter) seenTTL() time.Duration {
-	return time.Duration(a.maxTTLSeen.Load()) * time.Second
+func (c *cell) seenTTL() time.Duration {
+	return time.Duration(c.maxTTLSeen.Load()) * time.Second
 }
 
 // Ready reports whether the arbiter can grant: etcd answers and the store is

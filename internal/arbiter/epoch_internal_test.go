@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -58,7 +59,7 @@ func TestEpochStateNeverGoesBackAndStaysSealed(t *testing.T) {
 // TestResponseWithoutHeaderFailsClosed: a response with no header can
 // neither grant nor confirm anything.
 func TestResponseWithoutHeaderFailsClosed(t *testing.T) {
-	a := &Arbiter{cell: &cell{}, metrics: NewMetrics(nil, nil)}
+	a := &Arbiter{cell: &cell{cellConfig: cellConfig{metrics: NewMetrics(nil, nil), log: slog.New(slog.DiscardHandler)}}, metrics: NewMetrics(nil, nil)}
 	a.epoch.Store(&epochState{epoch: 1, clusterID: 0xa, store: 0xa})
 	if _, err := a.checkHeader(nil); err == nil {
 		t.Fatal("checkHeader(nil) passed")

@@ -139,26 +139,26 @@ func (a *Arbiter) Posture() string {
 // that failure was seen, so it has lasted at least this long; measuring
 // from the last success instead would count time the store may have been
 // fine.
-func (a *Arbiter) noQuorumFor() time.Duration {
-	since := a.readsFailing.Load()
+func (c *cell) noQuorumFor() time.Duration {
+	since := c.readsFailing.Load()
 	if since == 0 {
 		return 0
 	}
-	return time.Since(a.monoBase) - time.Duration(since)
+	return time.Since(c.monoBase) - time.Duration(since)
 }
 
 // noteEpochRead records the outcome of a linearizable epoch read for
 // noQuorumFor.
-func (a *Arbiter) noteEpochRead(err error) {
+func (c *cell) noteEpochRead(err error) {
 	if err == nil {
-		if a.readsFailing.Swap(0) != 0 {
+		if c.readsFailing.Swap(0) != 0 {
 			// Quorum is back here; another arbiter may not have seen it yet
 			// (recovery.go).
-			a.holdOff(a.detectionBound())
+			c.holdOff(c.detectionBound())
 		}
 		return
 	}
-	a.readsFailing.CompareAndSwap(0, int64(time.Since(a.monoBase))+1)
+	c.readsFailing.CompareAndSwap(0, int64(time.Since(c.monoBase))+1)
 }
 
 // postureLoop moves the posture with the age of the last epoch read.

@@ -12,7 +12,7 @@ import (
 // succeeds after the failures ends it, or the posture would flap and end
 // every local session on each tick.
 func TestOpenPostureDoesNotEndOnAnOldGoodRead(t *testing.T) {
-	a := &Arbiter{cell: &cell{}, log: slog.New(slog.DiscardHandler), metrics: NewMetrics(nil, nil), maxEpochAge: 3 * time.Second, monoBase: time.Now()}
+	a := &Arbiter{cell: &cell{cellConfig: cellConfig{log: slog.New(slog.DiscardHandler), metrics: NewMetrics(nil, nil), maxEpochAge: 3 * time.Second, monoBase: time.Now()}}, log: slog.New(slog.DiscardHandler), metrics: NewMetrics(nil, nil)}
 	a.epoch.Store(&epochState{readAt: time.Now()}) // a good read just now
 	a.open = newOpenState(MinOpenAfter, "arbiter", nil, false)
 	a.open.set(postureOpen)

@@ -13,7 +13,7 @@ import (
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./internal/arbiter
 
 func queueArbiter(keys int) *Arbiter {
-	a := &Arbiter{cell: newCell(nil, nil, "", watermark{}), maxWaiters: DefaultMaxWaitersPerIdentity, now: time.Now}
+	a := &Arbiter{cell: newCell(cellConfig{}, nil, nil, "", watermark{}), maxWaiters: DefaultMaxWaitersPerIdentity, now: time.Now}
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)

@@ -53,21 +53,21 @@ func (a *Arbiter) openGraced(cls *class.Class) bool {
 // arbiter of the same outage may take to see it too (its next epoch read,
 // which may have been waiting out the request timeout, and its posture
 // tick) and to write its open grace (one more request timeout).
-func (a *Arbiter) detectionBound() time.Duration {
-	return a.refresh + a.refresh/2 + 2*a.timeout
+func (c *cell) detectionBound() time.Duration {
+	return c.refresh + c.refresh/2 + 2*c.timeout
 }
 
 // holdingOff reports whether open classes are held back from etcd now.
-func (a *Arbiter) holdingOff() bool {
-	return time.Since(a.monoBase) < time.Duration(a.holdOffUntil.Load())
+func (c *cell) holdingOff() bool {
+	return time.Since(c.monoBase) < time.Duration(c.holdOffUntil.Load())
 }
 
 // holdOff holds open classes back from etcd for at least d from now.
-func (a *Arbiter) holdOff(d time.Duration) {
-	until := int64(time.Since(a.monoBase) + d)
+func (c *cell) holdOff(d time.Duration) {
+	until := int64(time.Since(c.monoBase) + d)
 	for {
-		cur := a.holdOffUntil.Load()
-		if cur >= until || a.holdOffUntil.CompareAndSwap(cur, until) {
+		cur := c.holdOffUntil.Load()
+		if cur >= until || c.holdOffUntil.CompareAndSwap(cur, until) {
 			return
 		}
 	}

@@ -47,32 +47,32 @@ func loadWatermark(path string) (watermark, error) {
 
 // rememberLocked records an unsealed state st read at store revision rev in
 // the state file, when it moves the watermark. The caller holds epochMu.
-func (a *Arbiter) rememberLocked(st *epochState, rev int64) {
-	if a.stateFile == "" || st.sealed {
+func (c *cell) rememberLocked(st *epochState, rev int64) {
+	if c.stateFile == "" || st.sealed {
 		return
 	}
-	m, changed := a.mark, false
+	m, changed := c.mark, false
 	if st.epoch > m.Epoch || (st.epoch == m.Epoch && st.clusterID != m.ClusterID) {
 		m = watermark{Epoch: st.epoch, ClusterID: st.clusterID, Revision: rev, MaxSessionTTL: m.MaxSessionTTL}
 		changed = true
 	}
-	if ttl := a.maxTTLSeen.Load(); ttl > m.MaxSessionTTL {
+	if ttl := c.maxTTLSeen.Load(); ttl > m.MaxSessionTTL {
 		m.MaxSessionTTL, changed = ttl, true
 	}
 	if rev > m.Revision {
 		m.Revision = rev
-		changed = changed || time.Since(a.markWritten) >= stateWriteEvery
+		changed = changed || time.Since(c.markWritten) >= stateWriteEvery
 	}
 	if !changed {
-		a.mark = m
+		c.mark = m
 		return
 	}
-	if err := writeWatermark(a.stateFile, m); err != nil {
-		a.log.Warn("could not write the state file; the highest epoch served is not remembered across restarts",
-			"path", a.stateFile, "err", err)
+	if err := writeWatermark(c.stateFile, m); err != nil {
+		c.log.Warn("could not write the state file; the highest epoch served is not remembered across restarts",
+			"path", c.stateFile, "err", err)
 		return
 	}
-	a.mark, a.markWritten = m, time.Now()
+	c.mark, c.markWritten = m, time.Now()
 }
 
 // writeWatermark replaces the state file atomically and durably.
@@ -98,11 +98,11 @@ func writeWatermark(path string, m watermark) error {
 }
 
 // noteTTL records a session TTL seen, for the grace of the next advance.
-func (a *Arbiter) noteTTL(ttl time.Duration) {
+func (c *cell) noteTTL(ttl time.Duration) {
 	s := int64(ttl / time.Second)
 	for {
-		cur := a.maxTTLSeen.Load()
-		if s <= cur || a.maxTTLSeen.CompareAndSwap(cur, s) {
+		cur := c.maxTTLSeen.Load()
+		if s <= cur || c.maxTTLSeen.CompareAndSwap(cur, s) {
 			return
 		}
 	}
