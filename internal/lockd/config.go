@@ -54,6 +54,10 @@ type Config struct {
 	// EtcdCA, EtcdCert and EtcdKey configure client TLS to the external
 	// cluster; all empty means plaintext.
 	EtcdCA, EtcdCert, EtcdKey string
+	// Topology is a topology file (package topology): the clusters and the
+	// region. The lockd command reads it into EtcdEndpoints, the TLS
+	// files and Region before the daemon starts.
+	Topology string
 	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
 	// (lockd itself talks to it in-process; these are for etcdctl).
 	EtcdClientURL, EtcdPeerURL string

@@ -142,6 +142,10 @@ not be reached at start-up. docs/operating.md has the table.`,
     --listen 0.0.0.0:7420 --metrics-listen 0.0.0.0:7421 --classes /etc/lockd/classes \
     --operators spiffe://example.org/ops/oncall
 
+  # The clusters and the region from a topology file (docs/operating.md)
+  lockd --topology /etc/lockd/topology.yaml --tls-cert /etc/lockd/tls.crt --tls-key /etc/lockd/tls.key \
+    --tls-client-ca /etc/lockd/clients-ca.crt --listen 0.0.0.0:7420
+
   # The same settings from the environment
   LOCKD_LISTEN=0.0.0.0:7420 LOCKD_LOG_FORMAT=text lockd
 
@@ -158,6 +162,9 @@ not be reached at start-up. docs/operating.md has the table.`,
 				if cmd.Flags().Changed(name) && len(opts.EtcdEndpoints) > 0 {
 					return cli.Usagef("--%s: configures the embedded etcd and cannot be combined with --etcd-endpoints", name)
 				}
+			}
+			if err := applyTopology(cmd.Flags(), &opts); err != nil {
+				return err
 			}
 			return runF(cmd.Context(), &opts)
 		},
@@ -176,6 +183,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.StringVar(&opts.MetricsListen, "metrics-listen", opts.MetricsListen, "HTTP listen address for /metrics, /healthz and /readyz")
 	f.StringVar(&opts.ClassesDir, "classes", opts.ClassesDir, "lock class directory, reloaded on change")
 	addEtcdFlags(f, &opts)
+	f.StringVar(&opts.Topology, "topology", "", "a topology file naming the etcd cluster of each tier (coord, entity), with endpoints and TLS, and the region (docs/operating.md); replaces --etcd-endpoints, --etcd-ca, --etcd-cert, --etcd-key and sets --region")
 	f.StringVar(&opts.EtcdClientURL, "etcd-client-url", opts.EtcdClientURL, "embedded etcd client URL (for etcdctl; lockd talks to the member in-process)")
 	f.StringVar(&opts.EtcdPeerURL, "etcd-peer-url", opts.EtcdPeerURL, "embedded etcd peer URL")
 	f.StringVar(&opts.TLSCert, "tls-cert", "", "server certificate (PEM); with --tls-key and --tls-client-ca, replaces the dev PKI")

@@ -1,0 +1,73 @@
+package lockdcmd
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func writeTopology(t *testing.T, doc string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("apiVersion: lockd.dev/v1alpha1\nkind: Topology\n"+doc), 0o600))
+	return path
+}
+
+// TestTopologyFileSetsTheClusterAndTheRegion: one cluster serving both
+// tiers becomes the external cluster's endpoints and TLS, and the region;
+// the same from LOCKD_TOPOLOGY.
+func TestTopologyFileSetsTheClusterAndTheRegion(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"ca.crt", "etcd.crt", "etcd.key"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("pem"), 0o600))
+	}
+	path := writeTopology(t, `region: eu-west
+clusters:
+- name: main
+  tiers: [coord, entity]
+  endpoints: [https://etcd-0:2379, https://etcd-1:2379]
+  tls: {ca: `+dir+`/ca.crt, cert: `+dir+`/etcd.crt, key: `+dir+`/etcd.key}
+`)
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--topology", path}, nil},
+		{nil, map[string]string{"LOCKD_TOPOLOGY": path}},
+		{[]string{"--topology", path, "--region", "eu-west"}, nil},
+	} {
+		code, o, stderr := parse(t, tc.args, tc.env)
+		require.Equal(t, ExitOK, code, stderr)
+		require.Equal(t, []string{"https://etcd-0:2379", "https://etcd-1:2379"}, o.EtcdEndpoints)
+		require.Equal(t, dir+"/ca.crt", o.EtcdCA)
+		require.Equal(t, dir+"/etcd.crt", o.EtcdCert)
+		require.Equal(t, dir+"/etcd.key", o.EtcdKey)
+		require.Equal(t, "eu-west", o.Region)
+	}
+}
+
+// TestTopologyItCannotUseIsRefusedNamingTheField: a bad file, flags the file
+// replaces, a region that disagrees, and tiers on two clusters exit 2
+// with what to do, and nothing is started.
+func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
+	one := writeTopology(t, "region: eu-west\nclusters:\n- name: main\n  tiers: [coord, entity]\n  endpoints: [http://127.0.0.1:2379]\n")
+	split := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord]\n  endpoints: [http://a:2379]\n- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
+	bad := writeTopology(t, "clusters:\n- name: main\n  tiers: [coord]\n  endpoints: [http://a:2379]\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--topology", bad}, "--topology: " + bad + ": topology: clusters: no cluster serves tier entity"},
+		{[]string{"--topology", filepath.Join(t.TempDir(), "none.yaml")}, "--topology: topology: open"},
+		{[]string{"--topology", one, "--etcd-endpoints", "http://x:2379"}, "--etcd-endpoints: cannot be combined with --topology"},
+		{[]string{"--topology", one, "--region", "us-east"}, `--region "us-east": the topology ` + one + ` says region "eu-west"`},
+		{[]string{"--topology", split}, `clusters "coord" (coord) and "entity-1" (entity): this lockd serves both tiers from one cluster`},
+	} {
+		code, o, stderr := parse(t, tc.args, nil)
+		require.Equal(t, ExitUsage, code, stderr)
+		require.Nil(t, o, "run was called")
+		require.Contains(t, stderr, tc.want)
+	}
+}
