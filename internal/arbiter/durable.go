@@ -336,7 +336,9 @@ func (d *durable) leave() (g Grant, held bool) {
 		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
 		return Grant{}, false
 	}
-	if resp.Succeeded || st.sealed {
+	// The answer is checked like every other: a hold read from a restored
+	// store may be one this session released before the restore.
+	if _, err := d.a.checkHeader(resp.Header); err != nil || resp.Succeeded || st.sealed {
 		return Grant{}, false
 	}
 	att, res, err := d.a.readOutcome(resp, st, start)
