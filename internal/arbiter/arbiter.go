@@ -160,7 +160,7 @@ type Arbiter struct {
 	smu        sync.Mutex
 	sessionsBy map[string]int // identity -> sessions opened here and live (smu)
 	maxSess    int
-	maxWaiters int
+	waiters    *waiterQuota
 
 	removed removedHolds // force-released holds, for keepalive answers
 
@@ -214,12 +214,13 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		validate:        validateLimits{rate: rate.Limit(cmp.Or(cfg.ValidateRate, DefaultValidateRate)), burst: cmp.Or(cfg.ValidateBurst, DefaultValidateBurst)},
 		sessionsBy:      map[string]int{},
 		maxSess:         cmp.Or(cfg.MaxSessionsPerIdentity, DefaultMaxSessionsPerIdentity),
-		maxWaiters:      cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity),
+		waiters:         newWaiterQuota(cmp.Or(cfg.MaxWaitersPerIdentity, DefaultMaxWaitersPerIdentity)),
 		closed:          make(chan struct{}),
 		draining:        make(chan struct{}),
 		region:          cfg.Region,
 		regionEndpoints: maps.Clone(cfg.RegionEndpoints),
 	}
+	a.memory, a.durables = newMemoryLine(a), newDurableLine(a)
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
 	for _, op := range cfg.Operators {
@@ -245,7 +246,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		if len(left) > 0 {
 			a.log.Warn("spool: unprotected grants not yet shipped; they are shipped once the store answers", "grants", len(left))
 		}
-		a.open = newOpenState(cmp.Or(cfg.OpenAfter, DefaultOpenAfter), cfg.ArbiterID, sp, len(left) > 0)
+		a.open = newOpenState(a, cmp.Or(cfg.OpenAfter, DefaultOpenAfter), cfg.ArbiterID, sp, len(left) > 0)
 	}
 	return a, nil
 }
@@ -323,11 +324,7 @@ func (a *Arbiter) Close() {
 	a.Drain()
 	close(a.closed)
 	a.stop()
-	a.qmu.Lock()
-	for _, q := range a.queues {
-		q.cancelWatch()
-	}
-	a.qmu.Unlock()
+	a.memory.stop()
 	a.wg.Wait()
 	if a.open != nil {
 		if err := a.open.sp.Close(); err != nil {

@@ -18,7 +18,8 @@ import (
 // incident in one cluster is confined to the keys homed there.
 //
 // The arbiter fronts one cell today, embedded in Arbiter; the policy,
-// operators, quotas, region and the session table stay with the arbiter.
+// operators, quotas (the waiter quota among them), region and the session
+// table stay with the arbiter.
 type cell struct {
 	cellConfig
 
@@ -46,15 +47,10 @@ type cell struct {
 	storeMu      sync.Mutex
 	storeChanged chan struct{}
 
-	// qmu guards the waiting lines. waiters counts, per identity, the
-	// waiters queued here: a quota of the arbiter's, kept with the lines
-	// it is taken under while there is one cell.
-	qmu     sync.Mutex
-	queues  map[string]*queue
-	waiters map[string]int // identity -> waiters queued here (qmu)
-	// lines are the views of the durable lines this arbiter serves
-	// waiters of, by key (qmu).
-	lines map[string]*lineView
+	// memory and durables are the waiting lines for the cell's keys; the
+	// open posture (open) is the third.
+	memory   *memoryLine
+	durables *durableLine
 
 	open *openState // the open posture; nil without a spool
 	// readsFailing is when epoch reads started failing, as time since
@@ -92,8 +88,5 @@ func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateF
 		floor:      floor,
 		mark:       floor,
 		reloadMu:   make(chanMutex, 1),
-		queues:     map[string]*queue{},
-		waiters:    map[string]int{},
-		lines:      map[string]*lineView{},
 	}
 }

@@ -101,8 +101,8 @@ func TestNewDefaults(t *testing.T) {
 	if a.timeout != 5*time.Second || a.poll != time.Second || a.refresh != time.Second || a.maxEpochAge != 3*time.Second {
 		t.Errorf("timeout %s poll %s refresh %s max epoch age %s", a.timeout, a.poll, a.refresh, a.maxEpochAge)
 	}
-	if a.maxSess != DefaultMaxSessionsPerIdentity || a.maxWaiters != DefaultMaxWaitersPerIdentity ||
+	if a.maxSess != DefaultMaxSessionsPerIdentity || a.waiters.max != DefaultMaxWaitersPerIdentity ||
 		a.validate.rate != DefaultValidateRate || a.validate.burst != DefaultValidateBurst {
-		t.Errorf("quotas %d %d %v %d", a.maxSess, a.maxWaiters, a.validate.rate, a.validate.burst)
+		t.Errorf("quotas %d %d %v %d", a.maxSess, a.waiters.max, a.validate.rate, a.validate.burst)
 	}
 }

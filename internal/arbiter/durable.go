@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -22,7 +23,7 @@ import (
 // granted, always by a transaction that compares its waiter key's create
 // revision and that no waiter key of the key was created before it, and
 // deletes its waiter key with the hold's put: the release handing the key
-// over (handoffDurable), or the head's own attempt when the key is free.
+// over (durableLine.handoff), or the head's own attempt when the key is free.
 // Every other grant of the key, of any class, compares the line empty
 // (tryGrant, the best-effort handoff). So a waiter that is not head is
 // never granted, whichever arbiter serves it and across arbiter restarts.
@@ -49,19 +50,38 @@ import (
 // before another waiter removes it.
 const staleWaiterGrace = 30 * time.Second
 
-// acquireDurable is Acquire's wait for a durable class, after the caller's
-// checks: the first attempt (which, for a caller that will wait, joins the
-// line in the same transaction when refused), then a place in line until
-// granted.
-func (a *Arbiter) acquireDurable(ctx context.Context, req AcquireRequest, cls *class.Class, ttl time.Duration) (Grant, error) {
+// durableLine is the line whose order is kept in etcd: each waiter has a
+// key in the line, and a grant compares that it is the head. It keeps, per
+// key, a view of the line for the waiters it serves here (lineview.go).
+type durableLine struct {
+	a *Arbiter
+
+	mu    sync.Mutex
+	views map[string]*lineView // by lock key (mu)
+}
+
+func newDurableLine(a *Arbiter) *durableLine {
+	return &durableLine{a: a, views: map[string]*lineView{}}
+}
+
+// acquire is an Acquire of a key of a durable class: the first attempt
+// (which, for a caller that will wait, joins the line in the same
+// transaction when refused), then a place in line until granted.
+func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
+	a := dl.a
+	sess, err := a.sessionFor(ctx, req, cls)
+	if err != nil {
+		return Grant{}, err
+	}
+	ttl := sess.ttl
 	d := &durable{a: a, req: req, cls: cls, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
 	deadline := time.Now().Add(req.Wait)
 	first := linePos{}
 	if req.Wait > 0 {
-		if err := a.countWaiter(req.Caller.String()); err != nil {
+		if err := a.waiters.take(req.Caller.String()); err != nil {
 			return Grant{}, err
 		}
-		defer a.uncountWaiter(req.Caller.String())
+		defer a.waiters.give(req.Caller.String())
 		first.join = d.record(nil, deadline)
 	}
 	att, err := d.attempt(ctx, first)
@@ -118,7 +138,7 @@ type durable struct {
 	pos   linePos // zero until it has a place
 	grace error   // the last attempt was refused for a grace (ErrEpochGrace, ErrOpenGrace)
 	// handed receives the key from a release on this arbiter that handed
-	// it over (handoffDurable); wake is signalled by the key's line view.
+	// it over (durableLine.handoff); wake is signalled by the key's line view.
 	handed chan Grant
 	wake   chan struct{}
 	view   *lineView
@@ -183,7 +203,7 @@ func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.
 func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 	a := d.a
 	d.handed, d.wake = make(chan Grant, 1), make(chan struct{}, 1)
-	d.view = a.lineFor(d)
+	d.view = a.durables.register(d)
 	defer d.view.drop(d)
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
@@ -368,37 +388,7 @@ func (d *durable) removeStale(ctx context.Context, ahead *mvccpb.KeyValue) bool 
 	return true
 }
 
-// countWaiter counts a durable waiter of identity against its quota.
-func (a *Arbiter) countWaiter(identity string) error {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	return a.countWaiterLocked(identity)
-}
-
-// countWaiterLocked counts a waiter of identity against its quota; the
-// caller holds a.qmu.
-func (a *Arbiter) countWaiterLocked(identity string) error {
-	if n := a.waiters[identity]; n >= a.maxWaiters {
-		return fmt.Errorf("%w: %s has %d waiters queued on this lockd (limit %d, --max-waiters-per-identity); "+
-			"wait for fewer keys at once", ErrQuota, identity, n, a.maxWaiters)
-	}
-	a.waiters[identity]++
-	return nil
-}
-
-func (a *Arbiter) uncountWaiter(identity string) {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	a.uncountWaiterLocked(identity)
-}
-
-func (a *Arbiter) uncountWaiterLocked(identity string) {
-	if a.waiters[identity]--; a.waiters[identity] <= 0 {
-		delete(a.waiters, identity)
-	}
-}
-
-// handoffDurable, when key has durable waiters, releases the hold matching
+// handoff, when key has durable waiters, releases the hold matching
 // cmp and grants the key to the head of the line in the same transaction:
 // the head's hold is put on its session's lease and its waiter key is
 // deleted, comparing that it is still the head. The head is taken from
@@ -407,13 +397,14 @@ func (a *Arbiter) uncountWaiterLocked(identity string) {
 // transaction's compares decide. done is false when there was nobody in
 // line to hand to (or the line kept changing); the caller then releases as
 // usual.
-func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState, session, rev int64) (done bool, err error) {
+func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState, session, rev int64) (done bool, err error) {
 	qr := keyspace.QueueRange(key)
 	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
 	if brokenLineOrder {
 		first[1] = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)
 	}
-	head := a.viewHead(key, brokenLineOrder)
+	a := dl.a
+	head := dl.head(key, brokenLineOrder)
 	if head == nil {
 		// No waiter of the key's line is served here (with key-affine
 		// routing, none is anywhere): release as usual. A head waiting
@@ -451,7 +442,7 @@ func (a *Arbiter) handoffDurable(ctx context.Context, key, hk string, cmp []clie
 			return true, err
 		}
 		if tr.Succeeded {
-			a.handTo(key, hq, h.grant(0, st.epoch, tr.Header.Revision))
+			dl.handTo(key, hq, h.grant(0, st.epoch, tr.Header.Revision))
 			return true, nil
 		}
 		holds, eps := tr.Responses[0].GetResponseRange().Kvs, tr.Responses[1].GetResponseRange().Kvs

@@ -211,7 +211,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		}
 		a.forgetSession(fr.Session)
 	}
-	a.wakeHead(fr.Key)
+	a.memory.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()
 	a.log.Warn("force-release approved", "id", fr.ID, "key", fr.Key, "holder", fr.Holder, "class", fr.Class,
 		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,

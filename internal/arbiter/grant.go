@@ -439,10 +439,16 @@ func (a *Arbiter) classify(at attempt, identity string, session int64) (Grant, b
 			Class: at.holder.Class}, true, nil
 	}
 	if at.holderLease != 0 && at.holder.Identity == identity {
-		return Grant{}, false, fmt.Errorf("%w %d", ErrLeak, at.holderLease)
+		return Grant{}, false, &leakError{holder: at.holderLease}
 	}
 	return Grant{}, false, nil
 }
+
+// leakError is ErrLeak with the session that holds the key.
+type leakError struct{ holder int64 }
+
+func (e *leakError) Error() string { return fmt.Sprintf("%s %d", ErrLeak, e.holder) }
+func (e *leakError) Unwrap() error { return ErrLeak }
 
 // authorizeAcquire checks, against the policy served now, that identity may
 // lock key with a session of ttl (0: not known yet), and returns the key's
@@ -505,92 +511,39 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if st := a.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}
-	if a.open != nil {
-		if g, handled, err := a.acquireWithoutQuorum(ctx, req, cls); handled {
-			return g, err
-		}
-	}
-	sess, err := a.session(ctx, req.Caller.String(), req.Session)
+	ln, err := a.lineOf(req, cls)
 	if err != nil {
 		return Grant{}, err
 	}
-	if sess.ttl != cls.TTL {
-		return Grant{}, fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
-			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
-	}
-	if cls.Fairness == class.FairnessDurable {
-		g, err = a.acquireDurable(ctx, req, cls, sess.ttl)
-		if errors.Is(err, ErrQuota) {
-			a.metrics.quotaRefusals.WithLabelValues(ns, "waiters").Inc()
-		}
-		if errors.Is(err, ErrLeak) {
-			a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
-			a.log.Warn("leak refused", "identity", req.Caller.String(), "session", req.Session, "namespace", ns, "class", clsName)
-		}
-		return g, err
-	}
-	hk := holdKey(req.Key)
-
-	w := &waiter{identity: req.Caller.String(), session: req.Session, ttl: sess.ttl,
-		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
-	att, tried, err := a.firstLook(ctx, req, hk, cls)
-	if err != nil {
-		return Grant{}, a.sessionGone(req.Session, err)
-	}
-	if att.granted {
-		return a.releaseIfGone(ctx, req, att.grant)
-	}
-	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
-		if errors.Is(err, ErrLeak) {
-			a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
-			a.log.Warn("leak refused", "identity", req.Caller.String(), "session", req.Session, "holder_session", att.holderLease, "namespace", ns, "class", clsName)
-		}
-		return g, err
-	}
+	g, err = ln.acquire(ctx, req, cls)
+	var leak *leakError
 	switch {
-	case req.Wait == 0 && att.grace != nil:
-		return Grant{}, att.grace
-	case req.Wait == 0:
-		return Grant{}, ErrHeld
-	}
-	if err := a.enqueue(req.Key, w, att, tried); err != nil {
+	case errors.Is(err, ErrQuota):
 		a.metrics.quotaRefusals.WithLabelValues(ns, "waiters").Inc()
-		return Grant{}, err
-	}
-	a.metrics.waits.WithLabelValues(ns, clsName).Inc()
-	g, err = a.wait(ctx, req, w, hk, time.Now().Add(req.Wait))
-	if errors.Is(err, ErrLeak) {
+	case errors.As(err, &leak):
 		a.metrics.leaks.WithLabelValues(ns, clsName).Inc()
+		a.log.Warn("leak refused", "identity", req.Caller.String(), "session", req.Session, "holder_session", leak.holder, "namespace", ns, "class", clsName)
 	}
 	return g, err
 }
 
-// firstLook is an Acquire's first step. With no waiters queued here it
-// tries the grant. With waiters queued it must not jump the line: it
-// replaces the session's own older waiter for the key, if any, and reads
-// the hold when the caller may be its holder (an idempotent retry) or its
-// identity's (a leak). tried reports whether the attempt read the store.
-func (a *Arbiter) firstLook(ctx context.Context, req AcquireRequest, hk string, cls *class.Class) (attempt, bool, error) {
-	q, dup, hint := a.queueFor(req.Key, req.Session)
-	if q == nil {
-		att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
-		return att, true, err
+// sessionFor is the caller's session for an Acquire of a key of cls, which
+// must have the class's TTL.
+func (a *Arbiter) sessionFor(ctx context.Context, req AcquireRequest, cls *class.Class) (*sessionInfo, error) {
+	sess, err := a.session(ctx, req.Caller.String(), req.Session)
+	if err != nil {
+		return nil, err
 	}
-	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {
-		// Held, as last seen here, by another identity: the caller cannot
-		// be its holder. If the hint is stale the caller learns when its
-		// turn comes, by a full transaction.
-		return attempt{}, false, nil
+	return sess, sessionTTLFits(sess, cls, req.Session)
+}
+
+// sessionTTLFits refuses a session whose TTL is not the class's.
+func sessionTTLFits(sess *sessionInfo, cls *class.Class, id int64) error {
+	if sess.ttl != cls.TTL {
+		return fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
+			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, id, sess.ttl)
 	}
-	if err := q.op.lock(ctx); err != nil {
-		return attempt{}, false, err
-	}
-	defer q.op.unlock()
-	if dup {
-		a.supersede(req.Key, req.Session)
-	}
-	att, err := a.readHold(ctx, hk, a.openGraced(cls))
-	return att, true, err
+	return nil
 }
 
 // releaseIfGone returns g to the caller, or, when the caller has gone
@@ -664,10 +617,10 @@ func (a *Arbiter) release(ctx context.Context, session int64, key string, tok ui
 			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 		}
-		if done, err := a.handoffDurable(ctx, key, hk, cmp, st, session, rev); done {
+		if done, err := a.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
 			return err == nil, err
 		}
-		done, released, retry, err := a.handoff(ctx, key, hk, cmp, st)
+		done, released, retry, err := a.memory.handoff(ctx, key, hk, cmp, st)
 		if retry {
 			continue // the epoch record moved: compare against the new one
 		}
@@ -687,7 +640,7 @@ func (a *Arbiter) release(ctx context.Context, session int64, key string, tok ui
 			return false, err
 		}
 		if resp.Succeeded {
-			a.wakeHead(key)
+			a.memory.wakeHead(key)
 			return true, nil
 		}
 		retry, err = a.releaseRefused(resp, st, start)

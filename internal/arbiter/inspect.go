@@ -115,14 +115,14 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 		owner = c.Ref()
 	}
 	if len(holds) == 0 {
-		queue := append(line, a.queueInfo(key, 0, len(line))...)
+		queue := append(line, a.memory.queueInfo(key, 0, len(line))...)
 		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue, Class: owner}, nil
 	}
 	h, err := decodeHold(holds[0])
 	if err != nil {
 		return Inspection{}, err
 	}
-	queue := append(line, a.queueInfo(key, h.Session, len(line))...)
+	queue := append(line, a.memory.queueInfo(key, h.Session, len(line))...)
 	info := HoldInfo{Key: key, Waiters: len(queue)}
 	a.fillHold(&info, caller, h, holds[0].ModRevision)
 	if info.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {

@@ -26,6 +26,7 @@ import (
 // it.
 type lineView struct {
 	a   *Arbiter
+	dl  *durableLine
 	key string
 
 	mu      sync.Mutex
@@ -37,15 +38,15 @@ type lineView struct {
 	cancel  context.CancelFunc
 }
 
-// lineFor registers d with its key's line view, starting one if needed.
-func (a *Arbiter) lineFor(d *durable) *lineView {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	v := a.lines[d.req.Key]
+// register registers d with its key's line view, starting one if needed.
+func (dl *durableLine) register(d *durable) *lineView {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	v := dl.views[d.req.Key]
 	if v == nil {
-		ctx, cancel := context.WithCancel(a.bg)
-		v = &lineView{a: a, key: d.req.Key, line: map[string]*mvccpb.KeyValue{}, waiters: map[*durable]struct{}{}, cancel: cancel}
-		a.lines[d.req.Key] = v
+		ctx, cancel := context.WithCancel(dl.a.bg)
+		v = &lineView{a: dl.a, dl: dl, key: d.req.Key, line: map[string]*mvccpb.KeyValue{}, waiters: map[*durable]struct{}{}, cancel: cancel}
+		dl.views[d.req.Key] = v
 		go v.run(ctx)
 	}
 	v.mu.Lock()
@@ -54,16 +55,34 @@ func (a *Arbiter) lineFor(d *durable) *lineView {
 	return v
 }
 
+// view is key's line view (nil when no waiter of key is served here).
+func (dl *durableLine) view(key string) *lineView {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.views[key]
+}
+
+// len is the number of key's durable waiters served here.
+func (dl *durableLine) len(key string) int {
+	v := dl.view(key)
+	if v == nil {
+		return 0
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.waiters)
+}
+
 // drop unregisters d; the last waiter stops the view.
 func (v *lineView) drop(d *durable) {
-	v.a.qmu.Lock()
-	defer v.a.qmu.Unlock()
+	v.dl.mu.Lock()
+	defer v.dl.mu.Unlock()
 	v.mu.Lock()
 	delete(v.waiters, d)
 	empty := len(v.waiters) == 0
 	v.mu.Unlock()
-	if empty && v.a.lines[v.key] == v {
-		delete(v.a.lines, v.key)
+	if empty && v.dl.views[v.key] == v {
+		delete(v.dl.views, v.key)
 		v.cancel()
 	}
 }
@@ -244,13 +263,11 @@ func (v *lineView) glance(pos linePos) (att attempt, ok bool) {
 	return att, true
 }
 
-// viewHead is the view's head of the line, for a release to hand the key to
+// head is the view's head of the line, for a release to hand the key to
 // (nil: no view, not read yet, or nobody in line). last picks the last
 // waiter instead: only the deliberately broken build does (brokenLineOrder).
-func (a *Arbiter) viewHead(key string, last bool) *mvccpb.KeyValue {
-	a.qmu.Lock()
-	v := a.lines[key]
-	a.qmu.Unlock()
+func (dl *durableLine) head(key string, last bool) *mvccpb.KeyValue {
+	v := dl.view(key)
 	if v == nil {
 		return nil
 	}
@@ -274,15 +291,13 @@ func (a *Arbiter) viewHead(key string, last bool) *mvccpb.KeyValue {
 // handTo gives the grant a release on this arbiter just handed over to the
 // durable waiter qk of key, when that waiter waits here; others learn of
 // it from their line view's watch.
-func (a *Arbiter) handTo(key, qk string, g Grant) {
+func (dl *durableLine) handTo(key, qk string, g Grant) {
 	tok, err := token.Pack(g.Epoch, g.Revision)
 	if err != nil {
 		return // the waiter finds its hold by itself, and fails the same way
 	}
 	g.Token = tok
-	a.qmu.Lock()
-	v := a.lines[key]
-	a.qmu.Unlock()
+	v := dl.view(key)
 	if v == nil {
 		return
 	}

@@ -83,6 +83,7 @@ type openHold struct {
 
 // openState is the arbiter's open posture (nil without a spool).
 type openState struct {
+	a     *Arbiter
 	after time.Duration
 	id    string
 	sp    *spool.Spool
@@ -104,8 +105,8 @@ type openState struct {
 	changed chan struct{}
 }
 
-func newOpenState(after time.Duration, id string, sp *spool.Spool, unshipped bool) *openState {
-	return &openState{after: after, id: id, sp: sp, holds: map[string]*openHold{},
+func newOpenState(a *Arbiter, after time.Duration, id string, sp *spool.Spool, unshipped bool) *openState {
+	return &openState{a: a, after: after, id: id, sp: sp, holds: map[string]*openHold{},
 		unshipped: unshipped, changed: make(chan struct{})}
 }
 
@@ -363,47 +364,46 @@ func (a *Arbiter) localSession(identity string, id int64) (*sessionInfo, error) 
 	return s, nil
 }
 
-// acquireWithoutQuorum serves an Acquire the open posture decides: it
-// reports handled false when the request goes the normal way, to etcd.
-func (a *Arbiter) acquireWithoutQuorum(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, bool, error) {
-	p := a.open.load()
+// serves reports whether the open posture decides req: it grants it from
+// memory (true), or refuses it (an error); false when the request goes the
+// normal way, to etcd.
+func (o *openState) serves(req AcquireRequest, cls *class.Class) (bool, error) {
+	p := o.load()
 	if p == postureQuorum && !isLocal(req.Session) {
-		return Grant{}, false, nil // the usual case: nothing to do here
+		return false, nil // the usual case: nothing to do here
 	}
 	open := cls.OnQuorumLoss == class.QuorumLossOpen || brokenOpenAll
 	ref := cls.Ref()
 	switch {
 	case p == postureOpen && !open:
-		return Grant{}, true, fmt.Errorf("%w: no etcd quorum for %s; class %s is closed on quorum loss, so nothing is granted until quorum returns",
-			ErrUnavailable, a.noQuorumFor().Round(time.Second), ref)
+		return false, fmt.Errorf("%w: no etcd quorum for %s; class %s is closed on quorum loss, so nothing is granted until quorum returns",
+			ErrUnavailable, o.a.noQuorumFor().Round(time.Second), ref)
 	case p == postureOpen && !isLocal(req.Session):
-		return Grant{}, true, fmt.Errorf("%w (class %s; session %d was opened in etcd)", ErrNoQuorumSession, ref, req.Session)
+		return false, fmt.Errorf("%w (class %s; session %d was opened in etcd)", ErrNoQuorumSession, ref, req.Session)
 	case p == postureOpen:
-		g, err := a.acquireOpen(ctx, req, cls)
-		return g, true, err
+		return true, nil
 	case isLocal(req.Session):
-		return Grant{}, true, fmt.Errorf("%w (a session opened without quorum ends when quorum returns)", ErrSessionNotFound)
+		return false, fmt.Errorf("%w (a session opened without quorum ends when quorum returns)", ErrSessionNotFound)
 	case p == postureRecovering && open:
-		return Grant{}, true, fmt.Errorf("%w: etcd quorum has just returned; this lockd is shipping its unprotected grants to the history before it grants class %s again; retry shortly",
+		return false, fmt.Errorf("%w: etcd quorum has just returned; this lockd is shipping its unprotected grants to the history before it grants class %s again; retry shortly",
 			ErrUnavailable, ref)
 	}
-	return Grant{}, false, nil
+	return false, nil
 }
 
-// acquireOpen grants req.Key from memory: the key is free on this arbiter
-// (or already the session's), and the grant is in the spool on disk before
-// it is answered.
-func (a *Arbiter) acquireOpen(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
+// acquire grants req.Key from memory: the key is free on this arbiter (or
+// already the session's), and the grant is in the spool on disk before it
+// is answered.
+func (o *openState) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
+	a := o.a
 	who := req.Caller.String()
 	sess, err := a.localSession(who, req.Session)
 	if err != nil {
 		return Grant{}, err
 	}
-	if sess.ttl != cls.TTL {
-		return Grant{}, fmt.Errorf("%w: class %s/%s has ttl %s, session %d has ttl %s; open a session with the class TTL",
-			ErrSessionTTL, cls.Namespace, cls.Name, cls.TTL, req.Session, sess.ttl)
+	if err := sessionTTLFits(sess, cls, req.Session); err != nil {
+		return Grant{}, err
 	}
-	o := a.open
 	deadline := time.Now().Add(req.Wait)
 	for {
 		o.mu.Lock()

@@ -14,7 +14,7 @@ import (
 func TestOpenPostureDoesNotEndOnAnOldGoodRead(t *testing.T) {
 	a := &Arbiter{cell: &cell{cellConfig: cellConfig{log: slog.New(slog.DiscardHandler), metrics: NewMetrics(nil, nil), maxEpochAge: 3 * time.Second, monoBase: time.Now()}}, log: slog.New(slog.DiscardHandler), metrics: NewMetrics(nil, nil)}
 	a.epoch.Store(&epochState{readAt: time.Now()}) // a good read just now
-	a.open = newOpenState(MinOpenAfter, "arbiter", nil, false)
+	a.open = newOpenState(a, MinOpenAfter, "arbiter", nil, false)
 	a.open.set(postureOpen)
 	a.noteEpochRead(errors.New("no leader")) // and a failure since
 

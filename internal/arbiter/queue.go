@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
-// Waiter states, guarded by Arbiter.qmu.
+// Waiter states, guarded by memoryLine.mu.
 const (
 	waiting = iota
 	claimed // a release is handing the key over; wait for done or wake
@@ -33,7 +35,7 @@ type waiter struct {
 	wake     chan struct{}   // cap 1: "you may be head, try"
 	done     chan waitResult // cap 1: set by a handoff (or a supersede)
 	state    int
-	queued   time.Time // when it joined the queue, by a.now(); set by enqueue
+	queued   time.Time // when it joined the queue, by the arbiter's clock; set by enqueue
 }
 
 // holderHint is who held the key when this arbiter last looked (a refused
@@ -51,17 +53,99 @@ type queue struct {
 	// this arbiter, so the head waiter's own attempt, a newcomer's look and a
 	// release's handoff never race.
 	op      chanMutex
-	waiters []*waiter  // guarded by Arbiter.qmu
-	holder  holderHint // guarded by Arbiter.qmu
+	waiters []*waiter  // guarded by memoryLine.mu
+	holder  holderHint // guarded by memoryLine.mu
 	// grace: the last attempt here was refused because grants wait out a
 	// grace (ErrEpochGrace, ErrOpenGrace), not because anyone holds the
-	// key. Guarded by Arbiter.qmu.
+	// key. Guarded by memoryLine.mu.
 	grace       error
 	cancelWatch context.CancelFunc
 }
 
+// memoryLine is the best-effort line: the waiters of a key queue in this
+// arbiter's memory, in arrival order, and the head tries its own grant
+// transaction on a watch hint, a local release or a poll tick; a release
+// here hands the key to the head in its own transaction. The order is
+// kept on this arbiter only and is lost if it restarts.
+type memoryLine struct {
+	a *Arbiter
+
+	// mu guards the queues, and every queue's waiters, holder and grace,
+	// and every waiter's state.
+	mu     sync.Mutex
+	queues map[string]*queue
+}
+
+func newMemoryLine(a *Arbiter) *memoryLine {
+	return &memoryLine{a: a, queues: map[string]*queue{}}
+}
+
+// acquire is an Acquire of a key of a best-effort class: a first look (a
+// grant attempt when nobody waits here), then a place in the queue until
+// granted.
+func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
+	a := m.a
+	sess, err := a.sessionFor(ctx, req, cls)
+	if err != nil {
+		return Grant{}, err
+	}
+	hk := holdKey(req.Key)
+	w := &waiter{identity: req.Caller.String(), session: req.Session, ttl: sess.ttl,
+		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
+	att, tried, err := m.firstLook(ctx, req, hk, cls)
+	if err != nil {
+		return Grant{}, a.sessionGone(req.Session, err)
+	}
+	if att.granted {
+		return a.releaseIfGone(ctx, req, att.grant)
+	}
+	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
+		return g, err
+	}
+	switch {
+	case req.Wait == 0 && att.grace != nil:
+		return Grant{}, att.grace
+	case req.Wait == 0:
+		return Grant{}, ErrHeld
+	}
+	if err := m.enqueue(req.Key, w, att, tried); err != nil {
+		return Grant{}, err
+	}
+	a.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
+	return m.wait(ctx, req, w, hk, time.Now().Add(req.Wait))
+}
+
+// firstLook is an Acquire's first step. With no waiters queued here it
+// tries the grant. With waiters queued it must not jump the line: it
+// replaces the session's own older waiter for the key, if any, and reads
+// the hold when the caller may be its holder (an idempotent retry) or its
+// identity's (a leak). tried reports whether the attempt read the store.
+func (m *memoryLine) firstLook(ctx context.Context, req AcquireRequest, hk string, cls *class.Class) (attempt, bool, error) {
+	a := m.a
+	q, dup, hint := m.queueFor(req.Key, req.Session)
+	if q == nil {
+		att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
+		return att, true, err
+	}
+	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {
+		// Held, as last seen here, by another identity: the caller cannot
+		// be its holder. If the hint is stale the caller learns when its
+		// turn comes, by a full transaction.
+		return attempt{}, false, nil
+	}
+	if err := q.op.lock(ctx); err != nil {
+		return attempt{}, false, err
+	}
+	defer q.op.unlock()
+	if dup {
+		m.supersede(req.Key, req.Session)
+	}
+	att, err := a.readHold(ctx, hk, a.openGraced(cls))
+	return att, true, err
+}
+
 // hasSession reports whether session has a waiter queued here. Caller
-// holds Arbiter.qmu.
+// holds memoryLine.mu.
 func (q *queue) hasSession(session int64) bool {
 	for _, w := range q.waiters {
 		if w.session == session {
@@ -95,10 +179,10 @@ func signal(ch chan struct{}) {
 // queueFor is what a newcomer needs to know about key's queue here: the
 // queue (nil when nobody waits), whether session already waits in it, and
 // who held the key when this arbiter last looked.
-func (a *Arbiter) queueFor(key string, session int64) (*queue, bool, holderHint) {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	q := a.queues[key]
+func (m *memoryLine) queueFor(key string, session int64) (*queue, bool, holderHint) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[key]
 	if q == nil {
 		return nil, false, holderHint{}
 	}
@@ -109,22 +193,22 @@ func (a *Arbiter) queueFor(key string, session int64) (*queue, bool, holderHint)
 // the revision after the failed attempt's) when needed. A waiter that
 // becomes head without having just tried is told to try. It refuses a
 // waiter beyond its identity's quota.
-func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	if err := a.countWaiterLocked(w.identity); err != nil {
+func (m *memoryLine) enqueue(key string, w *waiter, att attempt, tried bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.a.waiters.take(w.identity); err != nil {
 		return err
 	}
-	q := a.queues[key]
+	q := m.queues[key]
 	if q == nil {
-		ctx, cancel := context.WithCancel(a.bg)
+		ctx, cancel := context.WithCancel(m.a.bg)
 		q = &queue{hk: holdKey(key), op: make(chanMutex, 1), cancelWatch: cancel}
-		a.queues[key] = q
+		m.queues[key] = q
 		rev := int64(0)
 		if tried && att.rev > 0 {
 			rev = att.rev + 1
 		}
-		go a.watchQueue(ctx, key, q, rev)
+		go m.watchQueue(ctx, key, q, rev)
 	}
 	if att.holderLease != 0 {
 		q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
@@ -132,7 +216,7 @@ func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error 
 	if tried {
 		q.grace = att.grace
 	}
-	w.queued = a.now()
+	w.queued = m.a.now()
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 && !tried {
 		signal(w.wake)
@@ -140,17 +224,17 @@ func (a *Arbiter) enqueue(key string, w *waiter, att attempt, tried bool) error 
 	return nil
 }
 
-// leave removes w from key's queue. Caller holds a.qmu. When w was head and
+// leave removes w from key's queue. Caller holds m.mu. When w was head and
 // promoteNext is set, the new head is told to try.
-func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
-	q := a.queues[key]
+func (m *memoryLine) leave(key string, w *waiter, promoteNext bool) {
+	q := m.queues[key]
 	if q == nil || w.state == gone {
 		return
 	}
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			a.uncountWaiterLocked(w.identity)
+			m.a.waiters.give(w.identity)
 			if i == 0 && promoteNext && len(q.waiters) > 0 {
 				signal(q.waiters[0].wake)
 			}
@@ -159,7 +243,7 @@ func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
 	}
 	w.state = gone
 	if len(q.waiters) == 0 {
-		delete(a.queues, key)
+		delete(m.queues, key)
 		q.cancelWatch()
 	}
 }
@@ -167,26 +251,26 @@ func (a *Arbiter) leave(key string, w *waiter, promoteNext bool) {
 // supersede ends session's waiters for key with ErrSuperseded: a newer
 // Acquire of the key by the same session takes their place. Caller holds
 // the queue's op (no attempt or handoff is in flight).
-func (a *Arbiter) supersede(key string, session int64) {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	q := a.queues[key]
+func (m *memoryLine) supersede(key string, session int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[key]
 	if q == nil {
 		return
 	}
 	for _, w := range append([]*waiter(nil), q.waiters...) {
 		if w.session == session && w.state == waiting {
-			a.leave(key, w, true)
+			m.leave(key, w, true)
 			w.done <- waitResult{err: ErrSuperseded}
 		}
 	}
 }
 
 // head returns key's queue if w is at its head and still waiting.
-func (a *Arbiter) head(key string, w *waiter) *queue {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	q := a.queues[key]
+func (m *memoryLine) head(key string, w *waiter) *queue {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[key]
 	if q == nil || w.state != waiting || len(q.waiters) == 0 || q.waiters[0] != w {
 		return nil
 	}
@@ -194,10 +278,10 @@ func (a *Arbiter) head(key string, w *waiter) *queue {
 }
 
 // wakeHead tells key's head waiter to try (the key was just released here).
-func (a *Arbiter) wakeHead(key string) {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	if q := a.queues[key]; q != nil && len(q.waiters) > 0 {
+func (m *memoryLine) wakeHead(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.queues[key]; q != nil && len(q.waiters) > 0 {
 		signal(q.waiters[0].wake)
 	}
 }
@@ -205,18 +289,26 @@ func (a *Arbiter) wakeHead(key string) {
 // QueueLen is the number of waiters queued for key on this arbiter, in
 // its memory and in the key's durable line.
 func (a *Arbiter) QueueLen(key string) int {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	n := 0
-	if q := a.queues[key]; q != nil {
-		n += len(q.waiters)
+	return a.memory.len(key) + a.durables.len(key)
+}
+
+// stop ends the queues' watches (at Close).
+func (m *memoryLine) stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, q := range m.queues {
+		q.cancelWatch()
 	}
-	if v := a.lines[key]; v != nil {
-		v.mu.Lock()
-		n += len(v.waiters)
-		v.mu.Unlock()
+}
+
+// len is the number of waiters queued for key here.
+func (m *memoryLine) len(key string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.queues[key]; q != nil {
+		return len(q.waiters)
 	}
-	return n
+	return 0
 }
 
 // queueInfo lists key's waiters queued on this arbiter in arrival order,
@@ -224,11 +316,11 @@ func (a *Arbiter) QueueLen(key string) int {
 // key (handed over, or its own transaction won and it has not left the
 // line yet) is not waiting: holder is the session that holds key (0 when
 // none), and neither it nor a handed-over waiter is listed.
-func (a *Arbiter) queueInfo(key string, holder int64, ahead int) []WaiterInfo {
-	now := a.now()
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	q := a.queues[key]
+func (m *memoryLine) queueInfo(key string, holder int64, ahead int) []WaiterInfo {
+	now := m.a.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[key]
 	if q == nil {
 		return nil
 	}
@@ -250,10 +342,10 @@ func (a *Arbiter) jitter() time.Duration {
 // handoff), its deadline passes, ctx ends or the arbiter closes. Only the
 // head tries; it tries on a watch hint, a local release, or a poll tick.
 // Every grant is a full transaction.
-func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk string, deadline time.Time) (Grant, error) {
+func (m *memoryLine) wait(ctx context.Context, req AcquireRequest, w *waiter, hk string, deadline time.Time) (Grant, error) {
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
-	poll := time.NewTimer(a.jitter())
+	poll := time.NewTimer(m.a.jitter())
 	defer poll.Stop()
 	for {
 		select {
@@ -261,31 +353,31 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 			if r.err != nil {
 				return Grant{}, r.err
 			}
-			return a.releaseIfGone(ctx, req, r.grant)
+			return m.a.releaseIfGone(ctx, req, r.grant)
 		case <-w.wake:
 		case <-poll.C:
-			poll.Reset(a.jitter())
+			poll.Reset(m.a.jitter())
 		case <-dl.C:
-			return a.giveUp(ctx, req, w, a.waitTimeout(req.Key))
+			return m.giveUp(ctx, req, w, m.waitTimeout(req.Key))
 		case <-ctx.Done():
-			return a.giveUp(ctx, req, w, ctx.Err())
-		case <-a.draining:
-			return a.giveUp(ctx, req, w, fmt.Errorf("%w: lockd is shutting down; acquire again", ErrUnavailable))
+			return m.giveUp(ctx, req, w, ctx.Err())
+		case <-m.a.draining:
+			return m.giveUp(ctx, req, w, fmt.Errorf("%w: lockd is shutting down; acquire again", ErrUnavailable))
 		}
-		q := a.head(req.Key, w)
+		q := m.head(req.Key, w)
 		if q == nil {
 			continue
 		}
 		if err := q.op.lock(ctx); err != nil {
-			return a.giveUp(ctx, req, w, err)
+			return m.giveUp(ctx, req, w, err)
 		}
-		g, finished, err := a.headAttempt(ctx, req, w, q, hk)
+		g, finished, err := m.headAttempt(ctx, req, w, q, hk)
 		q.op.unlock()
 		if finished {
 			if err != nil {
 				return Grant{}, err
 			}
-			return a.releaseIfGone(ctx, req, g)
+			return m.a.releaseIfGone(ctx, req, g)
 		}
 	}
 }
@@ -294,10 +386,10 @@ func (a *Arbiter) wait(ctx context.Context, req AcquireRequest, w *waiter, hk st
 // grace when that is what the key's last attempt here was refused for
 // (nobody holds it; grants resume when the grace ends), else the holder's
 // wait timeout.
-func (a *Arbiter) waitTimeout(key string) error {
-	a.qmu.Lock()
-	defer a.qmu.Unlock()
-	if q := a.queues[key]; q != nil && q.grace != nil {
+func (m *memoryLine) waitTimeout(key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.queues[key]; q != nil && q.grace != nil {
 		return fmt.Errorf("%w; the wait deadline passed first", q.grace)
 	}
 	return ErrWaitTimeout
@@ -306,65 +398,65 @@ func (a *Arbiter) waitTimeout(key string) error {
 // headAttempt is the head waiter's grant transaction, run under q.op. The
 // waiter is authorized again first: a class reload may have revoked its
 // grant or changed the class TTL since it queued.
-func (a *Arbiter) headAttempt(ctx context.Context, req AcquireRequest, w *waiter, q *queue, hk string) (Grant, bool, error) {
-	if a.head(req.Key, w) != q {
+func (m *memoryLine) headAttempt(ctx context.Context, req AcquireRequest, w *waiter, q *queue, hk string) (Grant, bool, error) {
+	if m.head(req.Key, w) != q {
 		// A handoff got here first; the result is in w.done.
 		return Grant{}, false, nil
 	}
-	cls, err := a.authorizeAcquire(w.identity, req.Key, "", w.ttl)
+	cls, err := m.a.authorizeAcquire(w.identity, req.Key, "", w.ttl)
 	if err != nil {
-		a.qmu.Lock()
-		a.leave(req.Key, w, true)
-		a.qmu.Unlock()
+		m.mu.Lock()
+		m.leave(req.Key, w, true)
+		m.mu.Unlock()
 		return Grant{}, true, err
 	}
-	att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
+	att, err := m.a.tryGrant(ctx, req.Key, m.a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
 	if err == nil && att.granted {
-		a.qmu.Lock()
+		m.mu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
 		q.grace = nil
-		a.leave(req.Key, w, false)
-		a.qmu.Unlock()
+		m.leave(req.Key, w, false)
+		m.mu.Unlock()
 		return att.grant, true, nil
 	}
 	if err == nil {
-		a.qmu.Lock()
+		m.mu.Lock()
 		if att.holderLease != 0 {
 			q.holder = holderHint{identity: att.holder.Identity, session: att.holderLease}
 		}
 		q.grace = att.grace
-		a.qmu.Unlock()
+		m.mu.Unlock()
 		var mine bool
 		var g Grant
-		if g, mine, err = a.classify(att, req.Caller.String(), req.Session); !mine && err == nil {
+		if g, mine, err = m.a.classify(att, req.Caller.String(), req.Session); !mine && err == nil {
 			return Grant{}, false, nil // still held: keep waiting
 		}
 		if mine {
-			a.qmu.Lock()
-			a.leave(req.Key, w, false)
-			a.qmu.Unlock()
+			m.mu.Lock()
+			m.leave(req.Key, w, false)
+			m.mu.Unlock()
 			return g, true, nil
 		}
 	}
-	a.qmu.Lock()
-	a.leave(req.Key, w, true)
-	a.qmu.Unlock()
-	return Grant{}, true, a.sessionGone(req.Session, err)
+	m.mu.Lock()
+	m.leave(req.Key, w, true)
+	m.mu.Unlock()
+	return Grant{}, true, m.a.sessionGone(req.Session, err)
 }
 
 // giveUp leaves the queue with err, unless a handoff already granted the
 // key: then the grant is returned if the caller is still there, and released
 // if not.
-func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err error) (Grant, error) {
+func (m *memoryLine) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err error) (Grant, error) {
 	var r waitResult
 	for {
-		a.qmu.Lock()
+		m.mu.Lock()
 		if w.state == waiting {
-			a.leave(req.Key, w, true)
-			a.qmu.Unlock()
+			m.leave(req.Key, w, true)
+			m.mu.Unlock()
 			return Grant{}, err
 		}
-		a.qmu.Unlock()
+		m.mu.Unlock()
 		// A handoff holds a claim on w: it either delivers a result or
 		// gives the claim back and wakes w.
 		select {
@@ -380,7 +472,7 @@ func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err
 	if ctx.Err() == nil {
 		return r.grant, nil // the handoff won the race with the deadline
 	}
-	_, _ = a.releaseIfGone(ctx, req, r.grant) // the caller is gone
+	_, _ = m.a.releaseIfGone(ctx, req, r.grant) // the caller is gone
 	return Grant{}, err
 }
 
@@ -388,10 +480,10 @@ func (a *Arbiter) giveUp(ctx context.Context, req AcquireRequest, w *waiter, err
 // cmp and puts the head waiter's hold in the same transaction. done is false
 // when there was nobody to hand to; retry is set when the epoch record moved
 // and cmp must be rebuilt.
-func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released, retry bool, err error) {
-	a.qmu.Lock()
-	q := a.queues[key]
-	a.qmu.Unlock()
+func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released, retry bool, err error) {
+	m.mu.Lock()
+	q := m.queues[key]
+	m.mu.Unlock()
 	if q == nil {
 		return false, false, false, nil
 	}
@@ -400,62 +492,62 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 	}
 	defer q.op.unlock()
 	for {
-		a.qmu.Lock()
+		m.mu.Lock()
 		var w *waiter
-		if len(q.waiters) > 0 && q.waiters[0].state == waiting && a.queues[key] == q {
+		if len(q.waiters) > 0 && q.waiters[0].state == waiting && m.queues[key] == q {
 			w = q.waiters[0]
 			w.state = claimed // a waiter giving up now waits for our result
 		}
-		a.qmu.Unlock()
+		m.mu.Unlock()
 		if w == nil {
 			return false, false, false, nil
 		}
-		cls, aerr := a.authorizeAcquire(w.identity, key, "", w.ttl)
+		cls, aerr := m.a.authorizeAcquire(w.identity, key, "", w.ttl)
 		if aerr != nil {
 			// A class reload revoked its grant or changed the TTL: it cannot
 			// hold the key; next.
-			a.qmu.Lock()
-			a.leave(key, w, false)
-			a.qmu.Unlock()
+			m.mu.Lock()
+			m.leave(key, w, false)
+			m.mu.Unlock()
 			w.done <- waitResult{err: aerr}
 			continue
 		}
 		unclaim := func() {
-			a.qmu.Lock()
+			m.mu.Lock()
 			if w.state == claimed {
 				w.state = waiting
 			}
-			a.qmu.Unlock()
+			m.mu.Unlock()
 			signal(w.wake)
 		}
-		if a.openGraced(cls) {
+		if m.a.openGraced(cls) {
 			// A class open on quorum loss is granted only by its waiter's
 			// own transaction, which waits out an open grace (recovery.go):
 			// release, and the woken head tries.
 			unclaim()
 			return false, false, false, nil
 		}
-		h := a.encodeHold(w.identity, w.session, cls)
-		cctx, cancel := a.txnCtx(ctx)
+		h := m.a.encodeHold(w.identity, w.session, cls)
+		cctx, cancel := m.a.txnCtx(ctx)
 		start := time.Now()
 		qr := keyspace.QueueRange(key)
-		resp, err := a.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
+		resp, err := m.a.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
 			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
 		if err != nil {
 			if isLeaseNotFound(err) {
 				// The waiter's session is gone: it cannot hold; next.
-				a.qmu.Lock()
-				a.leave(key, w, false)
-				a.qmu.Unlock()
-				w.done <- waitResult{err: a.sessionGone(w.session, ErrSessionNotFound)}
+				m.mu.Lock()
+				m.leave(key, w, false)
+				m.mu.Unlock()
+				w.done <- waitResult{err: m.a.sessionGone(w.session, ErrSessionNotFound)}
 				continue
 			}
 			unclaim()
 			return true, false, false, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
+		if _, err := m.a.checkHeader(resp.Header); err != nil {
 			unclaim()
 			return true, false, false, err
 		}
@@ -467,7 +559,7 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 				// transaction, not to this queue. Release without a handoff.
 				return false, false, false, nil
 			}
-			retry, err := a.releaseRefused(resp, st, start)
+			retry, err := m.a.releaseRefused(resp, st, start)
 			return !retry, false, retry, err
 		}
 		g := h.grant(0, st.epoch, resp.Header.Revision)
@@ -475,11 +567,11 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 			unclaim()
 			return true, false, false, fmt.Errorf("%w: %v", ErrInternal, err)
 		}
-		a.qmu.Lock()
+		m.mu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
-		a.leave(key, w, false)
+		m.leave(key, w, false)
 		w.state = granted
-		a.qmu.Unlock()
+		m.mu.Unlock()
 		w.done <- waitResult{grant: g}
 		return true, true, false, nil
 	}
@@ -488,26 +580,26 @@ func (a *Arbiter) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cm
 // watchQueue turns deletes of the key into hints for the head waiter, from
 // revision rev on. On compaction or any stream error it hints (the head
 // re-tries its transaction) and watches again from the current revision.
-func (a *Arbiter) watchQueue(ctx context.Context, key string, q *queue, rev int64) {
+func (m *memoryLine) watchQueue(ctx context.Context, key string, q *queue, rev int64) {
 	for ctx.Err() == nil {
 		opts := []clientv3.OpOption{clientv3.WithFilterPut()}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		for resp := range a.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
+		for resp := range m.a.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
 			if resp.CompactRevision != 0 || resp.Err() != nil {
 				rev = 0 // events may be gone: the head re-tries, then watch from now
 				break
 			}
 			if len(resp.Events) > 0 {
-				a.wakeHead(key)
+				m.wakeHead(key)
 			}
 			rev = resp.Header.Revision + 1
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		a.wakeHead(key)
+		m.wakeHead(key)
 		select {
 		case <-ctx.Done():
 			return

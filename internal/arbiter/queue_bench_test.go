@@ -12,24 +12,25 @@ import (
 //
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./internal/arbiter
 
-func queueArbiter(keys int) *Arbiter {
-	a := &Arbiter{cell: newCell(cellConfig{}, nil, nil, "", watermark{}), maxWaiters: DefaultMaxWaitersPerIdentity, now: time.Now}
+func queueLine(keys int) *memoryLine {
+	a := &Arbiter{cell: newCell(cellConfig{}, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
+	m := newMemoryLine(a)
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)
 		// alive, as a long wait does.
-		a.queues[key] = &queue{hk: holdKey(key), op: make(chanMutex, 1), cancelWatch: func() {},
+		m.queues[key] = &queue{hk: holdKey(key), op: make(chanMutex, 1), cancelWatch: func() {},
 			waiters: []*waiter{{wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}}}
 	}
-	return a
+	return m
 }
 
 func BenchmarkBusyNoWaiters(b *testing.B) {
-	a := queueArbiter(1000)
+	m := queueLine(1000)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if q, _, _ := a.queueFor("t/free", 1); q != nil {
+			if q, _, _ := m.queueFor("t/free", 1); q != nil {
 				b.Fatal("busy")
 			}
 		}
@@ -37,24 +38,24 @@ func BenchmarkBusyNoWaiters(b *testing.B) {
 }
 
 func BenchmarkEnqueueLeave(b *testing.B) {
-	a := queueArbiter(1)
+	m := queueLine(1)
 	w := &waiter{wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
 	b.ReportAllocs()
 	for b.Loop() {
 		w.state = waiting
-		if err := a.enqueue("t/q/0", w, attempt{}, true); err != nil {
+		if err := m.enqueue("t/q/0", w, attempt{}, true); err != nil {
 			b.Fatal(err)
 		}
-		a.qmu.Lock()
-		a.leave("t/q/0", w, false)
-		a.qmu.Unlock()
+		m.mu.Lock()
+		m.leave("t/q/0", w, false)
+		m.mu.Unlock()
 	}
 }
 
 func BenchmarkWakeHead(b *testing.B) {
-	a := queueArbiter(1)
+	m := queueLine(1)
 	b.ReportAllocs()
 	for b.Loop() {
-		a.wakeHead("t/q/0")
+		m.wakeHead("t/q/0")
 	}
 }

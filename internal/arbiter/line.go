@@ -1,0 +1,38 @@
+package arbiter
+
+import (
+	"context"
+
+	"github.com/lockd-dev/lockd/internal/class"
+)
+
+// A line is one way to be granted a key that may be held: it answers an
+// Acquire whose key, class and caller are settled, from the first attempt
+// through the wait to the grant or the refusal. Every line's grants are
+// made by the cell's grant transaction, except the open posture's, which
+// are unprotected and say so.
+//
+//   - memoryLine (queue.go): best effort; arrival order kept in this
+//     arbiter's memory.
+//   - durableLine (durable.go): the order kept in etcd, across arbiters
+//     and restarts.
+//   - openState (open.go): without etcd quorum, a class open on quorum
+//     loss is granted from memory and the spool.
+type line interface {
+	acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error)
+}
+
+// lineOf is the line that serves req for a key of cls: the open posture's
+// while it decides the request (its refusals among them), else the line of
+// the class's fairness.
+func (a *Arbiter) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
+	if a.open != nil {
+		if serves, err := a.open.serves(req, cls); serves || err != nil {
+			return a.open, err
+		}
+	}
+	if cls.Fairness == class.FairnessDurable {
+		return a.durables, nil
+	}
+	return a.memory, nil
+}
