@@ -220,7 +220,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		region:          cfg.Region,
 		regionEndpoints: maps.Clone(cfg.RegionEndpoints),
 	}
-	a.memory, a.durables = newMemoryLine(a), newDurableLine(a)
+	a.memory, a.durables = newMemoryLine(a, a.cell), newDurableLine(a, a.cell)
 	a.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
 	for _, op := range cfg.Operators {

@@ -55,13 +55,14 @@ const staleWaiterGrace = 30 * time.Second
 // key, a view of the line for the waiters it serves here (lineview.go).
 type durableLine struct {
 	a *Arbiter
+	c *cell
 
 	mu    sync.Mutex
 	views map[string]*lineView // by lock key (mu)
 }
 
-func newDurableLine(a *Arbiter) *durableLine {
-	return &durableLine{a: a, views: map[string]*lineView{}}
+func newDurableLine(a *Arbiter, c *cell) *durableLine {
+	return &durableLine{a: a, c: c, views: map[string]*lineView{}}
 }
 
 // acquire is an Acquire of a key of a durable class: the first attempt
@@ -69,12 +70,13 @@ func newDurableLine(a *Arbiter) *durableLine {
 // transaction when refused), then a place in line until granted.
 func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
 	a := dl.a
+	c := dl.c
 	sess, err := a.sessionFor(ctx, req, cls)
 	if err != nil {
 		return Grant{}, err
 	}
 	ttl := sess.ttl
-	d := &durable{a: a, req: req, cls: cls, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
+	d := &durable{a: a, c: dl.c, req: req, cls: cls, ttl: ttl, qk: keyspace.QueueKey(req.Key, req.Session)}
 	deadline := time.Now().Add(req.Wait)
 	first := linePos{}
 	if req.Wait > 0 {
@@ -118,7 +120,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 		}
 		return Grant{}, ErrHeld
 	}
-	a.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
+	c.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
 	if !att.joined {
 		// Resuming a place this session already had: move its deadline.
 		if err := d.join(ctx, att.own, deadline); err != nil {
@@ -131,6 +133,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 // durable is one Acquire's place in a durable line.
 type durable struct {
 	a     *Arbiter
+	c     *cell
 	req   AcquireRequest
 	cls   *class.Class // the key's class at the last attempt
 	ttl   time.Duration
@@ -146,7 +149,7 @@ type durable struct {
 
 // attempt is one grant transaction at pos (a newcomer when pos is zero).
 func (d *durable) attempt(ctx context.Context, pos linePos) (attempt, error) {
-	return d.a.tryGrant(ctx, d.req.Key, d.a.encodeHold(d.req.Caller.String(), d.req.Session, d.cls), d.req.Session, pos)
+	return d.c.tryGrant(ctx, d.req.Key, d.a.encodeHold(d.req.Caller.String(), d.req.Session, d.cls), d.req.Session, pos)
 }
 
 // record is the caller's waiter record, with its wait's deadline; own is
@@ -171,15 +174,15 @@ func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.
 	if own != nil {
 		cmp = clientv3.Compare(clientv3.CreateRevision(d.qk), "=", own.CreateRevision)
 	}
-	cctx, cancel := d.a.callCtx(ctx)
+	cctx, cancel := d.c.callCtx(ctx)
 	defer cancel()
-	resp, err := d.a.cli.Txn(cctx).If(cmp).
+	resp, err := d.c.cli.Txn(cctx).If(cmp).
 		Then(clientv3.OpPut(d.qk, d.record(own, deadline), clientv3.WithLease(clientv3.LeaseID(d.req.Session)))).
 		Else(clientv3.OpGet(d.qk)).Commit()
 	if err != nil {
 		return storeErr(ctx, err)
 	}
-	if _, err := d.a.checkHeader(resp.Header); err != nil {
+	if _, err := d.c.checkHeader(resp.Header); err != nil {
 		return err
 	}
 	switch {
@@ -202,8 +205,9 @@ func (d *durable) join(ctx context.Context, own *mvccpb.KeyValue, deadline time.
 // waiter is head and the key is free.
 func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 	a := d.a
+	c := d.c
 	d.handed, d.wake = make(chan Grant, 1), make(chan struct{}, 1)
-	d.view = a.durables.register(d)
+	d.view = c.durables.register(d)
 	defer d.view.drop(d)
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
@@ -225,7 +229,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 			}
 			continue
 		}
-		att, err := a.look(ctx, d.req.Key, d.req.Session, d.pos, a.openGraced(d.cls))
+		att, err := c.look(ctx, d.req.Key, d.req.Session, d.pos, openGraced(d.cls))
 		if err == nil && att.ahead == nil && att.holderLease == 0 && att.grace == nil && ownAt(att.own, d.pos.rev) {
 			att, err = d.attempt(ctx, d.pos) // head, and free
 		}
@@ -250,7 +254,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 				// The place is gone: the session expired, or an epoch
 				// advance emptied every line. Join again at the end (a
 				// session that is gone cannot).
-				a.log.Info("durable waiter lost its place; joining the line again", "key", d.req.Key, "session", d.req.Session)
+				c.log.Info("durable waiter lost its place; joining the line again", "key", d.req.Key, "session", d.req.Session)
 				d.pos = linePos{}
 				if err := d.join(ctx, nil, deadline); err != nil {
 					return Grant{}, a.sessionGone(d.req.Session, err)
@@ -328,10 +332,10 @@ func (d *durable) quit(ctx context.Context, err error) (Grant, error) {
 	if errors.Is(err, ErrWaitTimeout) || errors.Is(err, ErrEpochGrace) {
 		return d.a.releaseIfGone(ctx, d.req, g)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.a.timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.c.timeout)
 	defer cancel()
-	if _, rerr := d.a.release(rctx, d.req.Session, d.req.Key, g.Token); rerr != nil {
-		d.a.log.Warn("could not release a hold handed to a waiter that left; it ends with its session", "session", d.req.Session, "err", rerr)
+	if _, rerr := d.c.release(rctx, d.req.Session, d.req.Key, g.Token); rerr != nil {
+		d.c.log.Warn("could not release a hold handed to a waiter that left; it ends with its session", "session", d.req.Session, "err", rerr)
 	}
 	return Grant{}, err
 }
@@ -345,23 +349,23 @@ func (d *durable) leave() (g Grant, held bool) {
 	if d.pos.rev == 0 {
 		return Grant{}, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.a.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.c.timeout)
 	defer cancel()
-	st := d.a.epoch.Load()
+	st := d.c.epoch.Load()
 	start := time.Now()
-	resp, err := d.a.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
-		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key), d.a.openGraced(d.cls))...).Commit()
+	resp, err := d.c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
+		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key), openGraced(d.cls))...).Commit()
 	d.pos = linePos{}
 	if err != nil {
-		d.a.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
+		d.c.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
 		return Grant{}, false
 	}
 	// The answer is checked like every other: a hold read from a restored
 	// store may be one this session released before the restore.
-	if _, err := d.a.checkHeader(resp.Header); err != nil || resp.Succeeded || st.sealed {
+	if _, err := d.c.checkHeader(resp.Header); err != nil || resp.Succeeded || st.sealed {
 		return Grant{}, false
 	}
-	att, res, err := d.a.readOutcome(resp, st, start)
+	att, res, err := d.c.readOutcome(resp, st, start)
 	if err != nil || res != found {
 		return Grant{}, false
 	}
@@ -376,14 +380,14 @@ func (d *durable) removeStale(ctx context.Context, ahead *mvccpb.KeyValue) bool 
 	if err != nil || w.Deadline == 0 || d.a.now().Before(time.Unix(0, w.Deadline).Add(staleWaiterGrace)) {
 		return false
 	}
-	cctx, cancel := d.a.callCtx(ctx)
+	cctx, cancel := d.c.callCtx(ctx)
 	defer cancel()
-	resp, err := d.a.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(string(ahead.Key)), "=", ahead.CreateRevision)).
+	resp, err := d.c.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(string(ahead.Key)), "=", ahead.CreateRevision)).
 		Then(clientv3.OpDelete(string(ahead.Key))).Commit()
 	if err != nil || !resp.Succeeded {
 		return false
 	}
-	d.a.log.Warn("removed a durable waiter abandoned by its caller", "key", d.req.Key, "session", w.Session, "identity", w.Identity,
+	d.c.log.Warn("removed a durable waiter abandoned by its caller", "key", d.req.Key, "session", w.Session, "identity", w.Identity,
 		"deadline", time.Unix(0, w.Deadline))
 	return true
 }
@@ -404,6 +408,7 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		first[1] = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)
 	}
 	a := dl.a
+	c := dl.c
 	head := dl.head(key, brokenLineOrder)
 	if head == nil {
 		// No waiter of the key's line is served here (with key-affine
@@ -420,25 +425,25 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		if err != nil {
 			return false, nil // its own arbiter tells it, and it leaves the line
 		}
-		if a.openGraced(cls) {
+		if openGraced(cls) {
 			return false, nil // granted only by its own transaction (recovery.go)
 		}
 		h := a.encodeHold(w.Identity, head.Lease, cls)
 		hq := string(head.Key)
-		cctx, cancel := a.txnCtx(ctx)
+		cctx, cancel := c.txnCtx(ctx)
 		headCmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
 			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix()}
 		if brokenLineOrder {
 			headCmps = headCmps[:1]
 		}
-		tr, err := a.cli.Txn(cctx).If(append(cmp, headCmps...)...).
+		tr, err := c.cli.Txn(cctx).If(append(cmp, headCmps...)...).
 			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
 		cancel()
 		if err != nil {
 			return true, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(tr.Header); err != nil {
+		if _, err := c.checkHeader(tr.Header); err != nil {
 			return true, err
 		}
 		if tr.Succeeded {

@@ -180,10 +180,10 @@ type linePos struct {
 // The transaction is not cancelled when the caller goes away (only bounded
 // by the request timeout), so the arbiter always learns whether it granted;
 // callers release a grant whose requester has left (releaseIfGone).
-func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
+func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
 	hk := holdKey(key)
 	lineCmps, lineThen, lineReads := lineOps(key, lease, pos)
-	open := a.openGraced(h.cls)
+	open := openGraced(h.cls)
 	grace := clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0)
 	if open {
 		// No key under the grace key: neither the epoch grace nor any
@@ -191,16 +191,16 @@ func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int
 		grace = grace.WithPrefix()
 	}
 	for range 3 {
-		st := a.epoch.Load()
+		st := c.epoch.Load()
 		if st.sealed {
 			return attempt{}, sealedErr(st)
 		}
-		if open && a.holdingOff() {
+		if open && c.holdingOff() {
 			// Quorum has just returned: another arbiter may not have
 			// written its open grace yet. Wait like a contender.
 			return attempt{epoch: st.epoch, grace: ErrOpenGrace}, nil
 		}
-		cctx, cancel := a.txnCtx(ctx)
+		cctx, cancel := c.txnCtx(ctx)
 		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
@@ -210,7 +210,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int
 			cmps = cmps[1:]
 		}
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).
+		resp, err := c.cli.Txn(cctx).
 			If(cmps...).
 			Then(append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
 			Else(append(holdReads(hk, open), lineReads...)...).
@@ -219,7 +219,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int
 		if err != nil {
 			return attempt{}, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
+		if _, err := c.checkHeader(resp.Header); err != nil {
 			return attempt{}, err
 		}
 		if resp.Succeeded {
@@ -229,7 +229,7 @@ func (a *Arbiter) tryGrant(ctx context.Context, key string, h newHold, lease int
 			}
 			return attempt{granted: true, epoch: st.epoch, grant: h.grant(tok, st.epoch, resp.Header.Revision)}, nil
 		}
-		att, res, err := a.readOutcome(resp, st, start)
+		att, res, err := c.readOutcome(resp, st, start)
 		if err != nil || res == epochMoved {
 			if err != nil {
 				return att, err
@@ -353,7 +353,7 @@ const (
 )
 
 // readOutcome interprets holdReads' answers, read with epoch state st.
-func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start time.Time) (attempt, readResult, error) {
+func (c *cell) readOutcome(resp *clientv3.TxnResponse, st *epochState, start time.Time) (attempt, readResult, error) {
 	holds := resp.Responses[0].GetResponseRange().Kvs
 	eps := resp.Responses[1].GetResponseRange().Kvs
 	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
@@ -361,7 +361,7 @@ func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start 
 		if err != nil {
 			return attempt{}, found, err
 		}
-		if next := a.apply(o); next.sealed {
+		if next := c.apply(o); next.sealed {
 			return attempt{}, found, sealedErr(next)
 		}
 		return attempt{}, epochMoved, nil
@@ -386,35 +386,35 @@ func (a *Arbiter) readOutcome(resp *clientv3.TxnResponse, st *epochState, start 
 // readHold reads who holds hk (without trying to take it), for a caller
 // that must not jump the queue; open says the key's class is open on quorum
 // loss, so an open grace counts (recovery.go).
-func (a *Arbiter) readHold(ctx context.Context, hk string, open bool) (attempt, error) {
-	return a.read(ctx, hk, open, nil, linePos{})
+func (c *cell) readHold(ctx context.Context, hk string, open bool) (attempt, error) {
+	return c.read(ctx, hk, open, nil, linePos{})
 }
 
 // look is a durable waiter's read of the hold and of its place in line
 // (who is ahead, its own key), writing nothing.
-func (a *Arbiter) look(ctx context.Context, key string, session int64, pos linePos, open bool) (attempt, error) {
-	return a.read(ctx, holdKey(key), open, lineReads(key, session, pos), pos)
+func (c *cell) look(ctx context.Context, key string, session int64, pos linePos, open bool) (attempt, error) {
+	return c.read(ctx, holdKey(key), open, lineReads(key, session, pos), pos)
 }
 
 // read runs holdReads, and lineReads for a caller at pos, in one read-only
 // transaction.
-func (a *Arbiter) read(ctx context.Context, hk string, open bool, lineReads []clientv3.Op, pos linePos) (attempt, error) {
+func (c *cell) read(ctx context.Context, hk string, open bool, lineReads []clientv3.Op, pos linePos) (attempt, error) {
 	for range 3 {
-		st := a.epoch.Load()
+		st := c.epoch.Load()
 		if st.sealed {
 			return attempt{}, sealedErr(st)
 		}
-		cctx, cancel := a.callCtx(ctx)
+		cctx, cancel := c.callCtx(ctx)
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).Then(append(holdReads(hk, open), lineReads...)...).Commit()
+		resp, err := c.cli.Txn(cctx).Then(append(holdReads(hk, open), lineReads...)...).Commit()
 		cancel()
 		if err != nil {
 			return attempt{}, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
+		if _, err := c.checkHeader(resp.Header); err != nil {
 			return attempt{}, err
 		}
-		att, res, err := a.readOutcome(resp, st, start)
+		att, res, err := c.readOutcome(resp, st, start)
 		if err != nil || res != epochMoved {
 			if lineReads != nil {
 				readLine(&att, resp, pos)
@@ -601,11 +601,11 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 }
 
 // release is Release after the caller's checks.
-func (a *Arbiter) release(ctx context.Context, session int64, key string, tok uint64) (bool, error) {
+func (c *cell) release(ctx context.Context, session int64, key string, tok uint64) (bool, error) {
 	ep, rev := token.Unpack(tok)
 	hk := holdKey(key)
 	for range 3 {
-		st := a.epoch.Load()
+		st := c.epoch.Load()
 		if st.sealed {
 			return false, sealedErr(st)
 		}
@@ -617,33 +617,33 @@ func (a *Arbiter) release(ctx context.Context, session int64, key string, tok ui
 			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
 			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 		}
-		if done, err := a.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
+		if done, err := c.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
 			return err == nil, err
 		}
-		done, released, retry, err := a.memory.handoff(ctx, key, hk, cmp, st)
+		done, released, retry, err := c.memory.handoff(ctx, key, hk, cmp, st)
 		if retry {
 			continue // the epoch record moved: compare against the new one
 		}
 		if err != nil || done {
 			return released, err
 		}
-		cctx, cancel := a.callCtx(ctx)
+		cctx, cancel := c.callCtx(ctx)
 		start := time.Now()
-		resp, err := a.cli.Txn(cctx).If(cmp...).
+		resp, err := c.cli.Txn(cctx).If(cmp...).
 			Then(clientv3.OpDelete(hk)).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
 		cancel()
 		if err != nil {
 			return false, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
+		if _, err := c.checkHeader(resp.Header); err != nil {
 			return false, err
 		}
 		if resp.Succeeded {
-			a.memory.wakeHead(key)
+			c.memory.wakeHead(key)
 			return true, nil
 		}
-		retry, err = a.releaseRefused(resp, st, start)
+		retry, err = c.releaseRefused(resp, st, start)
 		if !retry {
 			return false, err
 		}
@@ -653,7 +653,7 @@ func (a *Arbiter) release(ctx context.Context, session int64, key string, tok ui
 
 // releaseRefused explains a refused release: gone (nil), stale, or an epoch
 // change (retry).
-func (a *Arbiter) releaseRefused(resp *clientv3.TxnResponse, st *epochState, start time.Time) (retry bool, err error) {
+func (c *cell) releaseRefused(resp *clientv3.TxnResponse, st *epochState, start time.Time) (retry bool, err error) {
 	holds := resp.Responses[0].GetResponseRange().Kvs
 	eps := resp.Responses[1].GetResponseRange().Kvs
 	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
@@ -661,7 +661,7 @@ func (a *Arbiter) releaseRefused(resp *clientv3.TxnResponse, st *epochState, sta
 		if err != nil {
 			return false, err
 		}
-		if next := a.apply(o); next.sealed {
+		if next := c.apply(o); next.sealed {
 			return false, sealedErr(next)
 		}
 		return true, nil

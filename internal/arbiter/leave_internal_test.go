@@ -96,7 +96,7 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 
 	// A waiter of the session, in line at a place the restored store does
 	// not have, leaves as its deadline passes.
-	d := &durable{a: a, req: AcquireRequest{Caller: caller, Session: sess, Key: key}, cls: cls,
+	d := &durable{a: a, c: a.cell, req: AcquireRequest{Caller: caller, Session: sess, Key: key}, cls: cls,
 		qk: keyspace.QueueKey(key, sess), pos: linePos{qk: keyspace.QueueKey(key, sess), rev: 1}}
 	if g, held := d.leave(); held {
 		t.Fatalf("the leaving waiter was handed token %d, a hold read from a restored store", g.Token)

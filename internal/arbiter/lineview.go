@@ -26,6 +26,7 @@ import (
 // it.
 type lineView struct {
 	a   *Arbiter
+	c   *cell
 	dl  *durableLine
 	key string
 
@@ -45,7 +46,7 @@ func (dl *durableLine) register(d *durable) *lineView {
 	v := dl.views[d.req.Key]
 	if v == nil {
 		ctx, cancel := context.WithCancel(dl.a.bg)
-		v = &lineView{a: dl.a, dl: dl, key: d.req.Key, line: map[string]*mvccpb.KeyValue{}, waiters: map[*durable]struct{}{}, cancel: cancel}
+		v = &lineView{a: dl.a, c: dl.c, dl: dl, key: d.req.Key, line: map[string]*mvccpb.KeyValue{}, waiters: map[*durable]struct{}{}, cancel: cancel}
 		dl.views[d.req.Key] = v
 		go v.run(ctx)
 	}
@@ -103,8 +104,8 @@ func (v *lineView) run(ctx context.Context) {
 			continue
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		lines := v.a.cli.Watch(wctx, qr, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-		holds := v.a.cli.Watch(wctx, hk, clientv3.WithRev(rev+1))
+		lines := v.c.cli.Watch(wctx, qr, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		holds := v.c.cli.Watch(wctx, hk, clientv3.WithRev(rev+1))
 		v.follow(ctx, lines, holds)
 		cancel()
 	}
@@ -112,8 +113,8 @@ func (v *lineView) run(ctx context.Context) {
 
 // load reads the line and the hold, linearizably, into the view.
 func (v *lineView) load(ctx context.Context, qr, hk string) (int64, bool) {
-	cctx, cancel := v.a.callCtx(ctx)
-	resp, err := v.a.cli.Txn(cctx).Then(clientv3.OpGet(qr, clientv3.WithPrefix()), clientv3.OpGet(hk)).Commit()
+	cctx, cancel := v.c.callCtx(ctx)
+	resp, err := v.c.cli.Txn(cctx).Then(clientv3.OpGet(qr, clientv3.WithPrefix()), clientv3.OpGet(hk)).Commit()
 	cancel()
 	if err != nil {
 		return 0, false

@@ -69,6 +69,7 @@ type queue struct {
 // kept on this arbiter only and is lost if it restarts.
 type memoryLine struct {
 	a *Arbiter
+	c *cell
 
 	// mu guards the queues, and every queue's waiters, holder and grace,
 	// and every waiter's state.
@@ -76,8 +77,8 @@ type memoryLine struct {
 	queues map[string]*queue
 }
 
-func newMemoryLine(a *Arbiter) *memoryLine {
-	return &memoryLine{a: a, queues: map[string]*queue{}}
+func newMemoryLine(a *Arbiter, c *cell) *memoryLine {
+	return &memoryLine{a: a, c: c, queues: map[string]*queue{}}
 }
 
 // acquire is an Acquire of a key of a best-effort class: a first look (a
@@ -85,6 +86,7 @@ func newMemoryLine(a *Arbiter) *memoryLine {
 // granted.
 func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
 	a := m.a
+	c := m.c
 	sess, err := a.sessionFor(ctx, req, cls)
 	if err != nil {
 		return Grant{}, err
@@ -111,7 +113,7 @@ func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class
 	if err := m.enqueue(req.Key, w, att, tried); err != nil {
 		return Grant{}, err
 	}
-	a.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
+	c.metrics.waits.WithLabelValues(cls.Namespace, cls.Name).Inc()
 	return m.wait(ctx, req, w, hk, time.Now().Add(req.Wait))
 }
 
@@ -122,9 +124,10 @@ func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class
 // identity's (a leak). tried reports whether the attempt read the store.
 func (m *memoryLine) firstLook(ctx context.Context, req AcquireRequest, hk string, cls *class.Class) (attempt, bool, error) {
 	a := m.a
+	c := m.c
 	q, dup, hint := m.queueFor(req.Key, req.Session)
 	if q == nil {
-		att, err := a.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
+		att, err := c.tryGrant(ctx, req.Key, a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
 		return att, true, err
 	}
 	if !dup && hint.identity != "" && hint.identity != req.Caller.String() {
@@ -140,7 +143,7 @@ func (m *memoryLine) firstLook(ctx context.Context, req AcquireRequest, hk strin
 	if dup {
 		m.supersede(req.Key, req.Session)
 	}
-	att, err := a.readHold(ctx, hk, a.openGraced(cls))
+	att, err := c.readHold(ctx, hk, openGraced(cls))
 	return att, true, err
 }
 
@@ -410,7 +413,7 @@ func (m *memoryLine) headAttempt(ctx context.Context, req AcquireRequest, w *wai
 		m.mu.Unlock()
 		return Grant{}, true, err
 	}
-	att, err := m.a.tryGrant(ctx, req.Key, m.a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
+	att, err := m.c.tryGrant(ctx, req.Key, m.a.encodeHold(req.Caller.String(), req.Session, cls), req.Session, linePos{})
 	if err == nil && att.granted {
 		m.mu.Lock()
 		q.holder = holderHint{identity: w.identity, session: w.session}
@@ -520,7 +523,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			m.mu.Unlock()
 			signal(w.wake)
 		}
-		if m.a.openGraced(cls) {
+		if openGraced(cls) {
 			// A class open on quorum loss is granted only by its waiter's
 			// own transaction, which waits out an open grace (recovery.go):
 			// release, and the woken head tries.
@@ -528,10 +531,10 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			return false, false, false, nil
 		}
 		h := m.a.encodeHold(w.identity, w.session, cls)
-		cctx, cancel := m.a.txnCtx(ctx)
+		cctx, cancel := m.c.txnCtx(ctx)
 		start := time.Now()
 		qr := keyspace.QueueRange(key)
-		resp, err := m.a.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
+		resp, err := m.c.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
 			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
 			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 		cancel()
@@ -547,7 +550,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			unclaim()
 			return true, false, false, storeErr(ctx, err)
 		}
-		if _, err := m.a.checkHeader(resp.Header); err != nil {
+		if _, err := m.c.checkHeader(resp.Header); err != nil {
 			unclaim()
 			return true, false, false, err
 		}
@@ -559,7 +562,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 				// transaction, not to this queue. Release without a handoff.
 				return false, false, false, nil
 			}
-			retry, err := m.a.releaseRefused(resp, st, start)
+			retry, err := m.c.releaseRefused(resp, st, start)
 			return !retry, false, retry, err
 		}
 		g := h.grant(0, st.epoch, resp.Header.Revision)
@@ -586,7 +589,7 @@ func (m *memoryLine) watchQueue(ctx context.Context, key string, q *queue, rev i
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		for resp := range m.a.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
+		for resp := range m.c.cli.Watch(clientv3.WithRequireLeader(ctx), q.hk, opts...) {
 			if resp.CompactRevision != 0 || resp.Err() != nil {
 				rev = 0 // events may be gone: the head re-tries, then watch from now
 				break

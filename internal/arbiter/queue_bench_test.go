@@ -14,7 +14,7 @@ import (
 
 func queueLine(keys int) *memoryLine {
 	a := &Arbiter{cell: newCell(cellConfig{}, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
-	m := newMemoryLine(a)
+	m := newMemoryLine(a, a.cell)
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)

@@ -45,7 +45,7 @@ import (
 
 // openGraced reports whether grants of cls wait out open graces: cls is
 // open on quorum loss.
-func (a *Arbiter) openGraced(cls *class.Class) bool {
+func openGraced(cls *class.Class) bool {
 	return !brokenRecovery && cls != nil && cls.OnQuorumLoss == class.QuorumLossOpen
 }
 
