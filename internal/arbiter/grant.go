@@ -473,7 +473,9 @@ func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Dura
 }
 
 // Acquire grants req.Key to req.Session, waiting up to req.Wait in arrival
-// order behind other waiters on this arbiter.
+// order behind other waiters on this arbiter. It checks the request and the
+// key's class, then hands it to one line of the cell the class's tier is
+// served by.
 func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	start := time.Now()
 	ns, clsName := "-", "-"
@@ -508,10 +510,11 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if req.Wait < 0 {
 		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
 	}
-	if st := a.epoch.Load(); st.sealed {
+	c := a.cellFor(cls)
+	if st := c.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}
-	ln, err := a.lineOf(req, cls)
+	ln, err := c.lineOf(req, cls)
 	if err != nil {
 		return Grant{}, err
 	}

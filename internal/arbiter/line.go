@@ -22,17 +22,25 @@ type line interface {
 	acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error)
 }
 
-// lineOf is the line that serves req for a key of cls: the open posture's
-// while it decides the request (its refusals among them), else the line of
-// the class's fairness.
-func (a *Arbiter) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
-	if a.open != nil {
-		if serves, err := a.open.serves(req, cls); serves || err != nil {
-			return a.open, err
+// lineOf is the cell's line that serves req for a key of cls: the open
+// posture's while it decides the request (its refusals among them), else
+// the line of the class's fairness.
+func (c *cell) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
+	if c.open != nil {
+		if serves, err := c.open.serves(req, cls); serves || err != nil {
+			return c.open, err
 		}
 	}
 	if cls.Fairness == class.FairnessDurable {
-		return a.durables, nil
+		return c.durables, nil
 	}
-	return a.memory, nil
+	return c.memory, nil
+}
+
+// cellFor is the cell that serves keys of cls: the cluster of its tier.
+// Routing is decided by the class, so in review, never by a caller. One
+// cell serves every tier until sessions span cells; lockd refuses a
+// topology that splits them (internal/cmd/lockd/topology.go).
+func (a *Arbiter) cellFor(*class.Class) *cell {
+	return a.cell
 }
