@@ -120,7 +120,14 @@ type Config struct {
 	// RegionEndpoints are other regions' lockd addresses, named in a
 	// refusal so the caller knows where to go.
 	RegionEndpoints map[string]string
+	// Cluster names the etcd cluster Client reaches, as operators know it
+	// (a topology file's cluster name); Inspect says it for every key.
+	// Default DefaultCluster.
+	Cluster string
 }
+
+// DefaultCluster names the cluster of a Config without one.
+const DefaultCluster = "default"
 
 // Default per-identity quotas on one arbiter.
 const (
@@ -204,6 +211,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 			maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
 			bootstrap:   cfg.Bootstrap,
 			monoBase:    time.Now(),
+			name:        cmp.Or(cfg.Cluster, DefaultCluster),
 		}, cfg.Client, cfg.Leases, cfg.StateFile, floor),
 		operators:       map[string]bool{},
 		oidcOps:         cfg.OIDCOperators,

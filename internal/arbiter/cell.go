@@ -63,6 +63,8 @@ type cell struct {
 
 // cellConfig is what a cell is run with.
 type cellConfig struct {
+	// name is the cluster's, as operators know it.
+	name    string
 	log     *slog.Logger
 	metrics *Metrics
 	// timeout bounds one etcd call; the epoch is re-read every refresh and

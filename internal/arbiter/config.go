@@ -78,6 +78,9 @@ func (cfg *Config) validate(policy *Policy) error {
 	if cfg.Region != "" && !lockkey.IsDNSLabel(cfg.Region) {
 		add("Region", "must be a DNS label (as a LockNamespace's spec.region), got %q", cfg.Region)
 	}
+	if cfg.Cluster != "" && !lockkey.IsDNSLabel(cfg.Cluster) {
+		add("Cluster", "must be a DNS label (as a topology's cluster name), got %q", cfg.Cluster)
+	}
 	for r := range cfg.RegionEndpoints {
 		if !lockkey.IsDNSLabel(r) {
 			add("RegionEndpoints", "%q is not a region name (a DNS label)", r)

@@ -85,6 +85,9 @@ type Inspection struct {
 	// class its next grant is made under; empty when no class owns it.
 	// Hold.Class is the class the hold was granted under.
 	Class string
+	// Tier is the tier of Class (empty with it), and Cluster the etcd
+	// cluster the key was read from: the one its tier is served by.
+	Tier, Cluster string
 }
 
 // Inspect describes key.
@@ -98,37 +101,41 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	if err := a.homeCheck(key); err != nil {
 		return Inspection{}, err
 	}
-	cctx, cancel := a.callCtx(ctx)
+	// A key no class owns cannot be locked; a hold of it is from before a
+	// class change, read from the arbiter's one cell.
+	in, c := Inspection{}, a.cell
+	if cls, ok := a.policy.Load().Classes.Owner(key); ok {
+		in.Class, in.Tier, c = cls.Ref(), string(cls.Tier), a.cellFor(cls)
+	}
+	in.Cluster = c.name
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),
+	resp, err := c.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),
 		clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(maxLineShown))).Commit()
 	if err != nil {
 		return Inspection{}, storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
+	if _, err := c.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return Inspection{}, err
 	}
 	holds := resp.Responses[0].GetResponseRange().Kvs
 	line := a.lineInfo(resp.Responses[1].GetResponseRange().Kvs)
-	var owner string
-	if c, ok := a.policy.Load().Classes.Owner(key); ok {
-		owner = c.Ref()
-	}
 	if len(holds) == 0 {
-		queue := append(line, a.memory.queueInfo(key, 0, len(line))...)
-		return Inspection{Hold: HoldInfo{Key: key, Waiters: len(queue)}, Queue: queue, Class: owner}, nil
+		in.Queue = append(line, c.memory.queueInfo(key, 0, len(line))...)
+		in.Hold = HoldInfo{Key: key, Waiters: len(in.Queue)}
+		return in, nil
 	}
 	h, err := decodeHold(holds[0])
 	if err != nil {
 		return Inspection{}, err
 	}
-	queue := append(line, a.memory.queueInfo(key, h.Session, len(line))...)
-	info := HoldInfo{Key: key, Waiters: len(queue)}
-	a.fillHold(&info, caller, h, holds[0].ModRevision)
-	if info.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
+	in.Queue = append(line, c.memory.queueInfo(key, h.Session, len(line))...)
+	in.Held, in.Hold = true, HoldInfo{Key: key, Waiters: len(in.Queue)}
+	a.fillHold(&in.Hold, caller, h, holds[0].ModRevision)
+	if in.Hold.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
 	}
-	return Inspection{Hold: info, Held: true, Queue: queue, Class: owner}, nil
+	return in, nil
 }
 
 // maxLineShown bounds the durable waiters Inspect lists.

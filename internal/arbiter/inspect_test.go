@@ -61,6 +61,10 @@ func TestInspectShowsSessionTTLLeftAndQueueInOrder(t *testing.T) {
 	if err != nil || resp.GetWaiters() != 2 || len(resp.GetQueue()) != 2 {
 		t.Fatalf("Inspect on the wire: %v %v; want 2 waiters and their queue", resp, err)
 	}
+	if resp.GetClass() != "t/std" || resp.GetTier() != "entity" || resp.GetCluster() != "embedded" {
+		t.Fatalf("class %q tier %q cluster %q on the wire; want t/std, its tier entity, and the embedded cluster lockd fronts",
+			resp.GetClass(), resp.GetTier(), resp.GetCluster())
+	}
 	if left := resp.GetHold().GetSessionTtlLeft(); left == nil || left.AsDuration() <= 0 || left.AsDuration() > 15*time.Second {
 		t.Fatalf("session_ttl_left on the wire: %v; want in (0, 15s]", left)
 	}

@@ -58,6 +58,9 @@ type Config struct {
 	// region. The lockd command reads it into EtcdEndpoints, the TLS
 	// files and Region before the daemon starts.
 	Topology string
+	// Cluster names the etcd cluster lockd fronts (the topology's name for
+	// it); empty: "embedded" for the embedded member, else "etcd".
+	Cluster string
 	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
 	// (lockd itself talks to it in-process; these are for etcdctl).
 	EtcdClientURL, EtcdPeerURL string

@@ -190,6 +190,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		OpenAfter:              cfg.OpenAfter,
 		Region:                 cfg.Region,
 		RegionEndpoints:        cfg.RegionEndpoints,
+		Cluster:                clusterName(cfg.Cluster, d.backend.Embedded != nil),
 	}, arbiter.NewPolicy(d.watcher.Current()))
 	if err != nil {
 		return nil, err
@@ -674,4 +675,16 @@ func operatorVerifier(ctx context.Context, opts *Config, logger *slog.Logger) (*
 	logger.Info("operators sign in with OIDC: force-release and epoch advance need an operator token",
 		"issuer", opts.OIDCIssuer, "role", cfg.Role, "roles_claim", opts.OIDCRolesClaim)
 	return v, nil
+}
+
+// clusterName is the name lockd gives the cluster it fronts: the
+// topology's, else what it is.
+func clusterName(name string, embedded bool) string {
+	switch {
+	case name != "":
+		return name
+	case embedded:
+		return "embedded"
+	}
+	return "etcd"
 }

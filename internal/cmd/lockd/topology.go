@@ -36,7 +36,7 @@ func applyTopology(fs *pflag.FlagSet, opts *Options) error {
 	case t.Region != "":
 		opts.Region = t.Region
 	}
-	opts.EtcdEndpoints = coord.Endpoints
+	opts.EtcdEndpoints, opts.Cluster = coord.Endpoints, coord.Name
 	if coord.TLS != nil {
 		opts.EtcdCA, opts.EtcdCert, opts.EtcdKey = coord.TLS.CA, coord.TLS.Cert, coord.TLS.Key
 	}

@@ -16,8 +16,8 @@ func writeTopology(t *testing.T, doc string) string {
 }
 
 // TestTopologyFileSetsTheClusterAndTheRegion: one cluster serving both
-// tiers becomes the external cluster's endpoints and TLS, and the region;
-// the same from LOCKD_TOPOLOGY.
+// tiers becomes the external cluster's name, endpoints and TLS, and the
+// region; the same from LOCKD_TOPOLOGY.
 func TestTopologyFileSetsTheClusterAndTheRegion(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"ca.crt", "etcd.crt", "etcd.key"} {
@@ -45,6 +45,7 @@ clusters:
 		require.Equal(t, dir+"/etcd.crt", o.EtcdCert)
 		require.Equal(t, dir+"/etcd.key", o.EtcdKey)
 		require.Equal(t, "eu-west", o.Region)
+		require.Equal(t, "main", o.Cluster, "the cluster's name, said by lockctl inspect")
 	}
 }
 

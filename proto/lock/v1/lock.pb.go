@@ -2199,7 +2199,12 @@ type InspectResponse struct {
 	// grant is made under. A hold keeps the class it was granted under
 	// (hold.class), which differs only after a class change moved the key.
 	// Empty when no class owns the key (it cannot be locked).
-	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	// The tier of the key's class ("coord", "entity"); empty with class.
+	Tier string `protobuf:"bytes,6,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The etcd cluster the key was read from, by its topology name: the
+	// cluster the key's tier is served by.
+	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2265,6 +2270,20 @@ func (x *InspectResponse) GetQueue() []*Waiter {
 func (x *InspectResponse) GetClass() string {
 	if x != nil {
 		return x.Class
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
 	}
 	return ""
 }
@@ -4176,13 +4195,15 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x121\n" +
 	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\x05R\bposition\x12\x18\n" +
-	"\adurable\x18\x05 \x01(\bR\adurable\"\x9f\x01\n" +
+	"\adurable\x18\x05 \x01(\bR\adurable\"\xcd\x01\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12!\n" +
 	"\x04hold\x18\x02 \x01(\v2\r.lock.v1.HoldR\x04hold\x12\x18\n" +
 	"\awaiters\x18\x03 \x01(\x05R\awaiters\x12%\n" +
 	"\x05queue\x18\x04 \x03(\v2\x0f.lock.v1.WaiterR\x05queue\x12\x14\n" +
-	"\x05class\x18\x05 \x01(\tR\x05class\"@\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x12\n" +
+	"\x04tier\x18\x06 \x01(\tR\x04tier\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\"@\n" +
 	"\x10ListHoldsRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"V\n" +

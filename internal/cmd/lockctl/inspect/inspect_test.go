@@ -25,13 +25,13 @@ func hold(key string, age time.Duration, token *lockv1.Token) *lockv1.Hold {
 func TestPrintKey(t *testing.T) {
 	golden.AssertPrinted(t, "key-held", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
 		Held: true, Waiters: 2, Hold: hold("payments/ledger/migrate", 3*time.Minute+12*time.Second+250*time.Millisecond, nil),
-		Class: "payments/migration",
+		Class: "payments/migration", Tier: "entity", Cluster: "eu-west-entity-1",
 	}))
 	golden.AssertPrinted(t, "key-held-operator", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{
 		Held: true, Waiters: 0, Hold: hold("payments/ledger/migrate", 90*time.Second, &lockv1.Token{Value: 281474976710660, Epoch: 1, Revision: 4}),
 		Class: "payments/migration",
 	}))
-	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0, Class: "demo/demo"}))
+	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0, Class: "demo/demo", Tier: "coord", Cluster: "embedded"}))
 	// No class owns the key: it cannot be locked, and inspect says so.
 	golden.AssertPrinted(t, "key-unowned", NewKeyView("demo2/x", &lockv1.InspectResponse{}))
 	// A class change moved the key to another class while it is held: the

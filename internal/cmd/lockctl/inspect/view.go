@@ -46,7 +46,11 @@ type KeyView struct {
 	// Class is the key's class now ("namespace/name"), held or not: the
 	// class its next grant is made under. Empty when no class owns the key.
 	// A hold keeps the class it was granted under (hold.class).
-	Class   string    `json:"class"`
+	Class string `json:"class"`
+	// Tier is the tier of Class, and Cluster the etcd cluster its tier is
+	// served by: where the key was read (empty from an older lockd).
+	Tier    string    `json:"tier,omitempty"`
+	Cluster string    `json:"cluster,omitempty"`
 	Held    bool      `json:"held"`
 	Waiters int32     `json:"waiters"`
 	Hold    *HoldView `json:"hold,omitempty"`
@@ -77,7 +81,7 @@ func holdView(h *lockv1.Hold) HoldView {
 
 // NewKeyView converts an InspectResponse.
 func NewKeyView(key string, r *lockv1.InspectResponse) *KeyView {
-	v := &KeyView{Key: key, Class: r.GetClass(), Held: r.GetHeld(), Waiters: r.GetWaiters()}
+	v := &KeyView{Key: key, Class: r.GetClass(), Tier: r.GetTier(), Cluster: r.GetCluster(), Held: r.GetHeld(), Waiters: r.GetWaiters()}
 	if r.GetHeld() && r.GetHold() != nil {
 		h := holdView(r.GetHold())
 		v.Hold = &h
@@ -107,6 +111,12 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 		t.Field("Class", printer.Cell{Text: v.Class})
 	} else {
 		t.Field("Class", printer.Cell{Text: "none: no class owns this key, so it cannot be locked", Style: printer.Red})
+	}
+	if v.Tier != "" {
+		t.Field("Tier", printer.Cell{Text: v.Tier})
+	}
+	if v.Cluster != "" {
+		t.Field("Cluster", printer.Cell{Text: v.Cluster})
 	}
 	held := printer.Cell{Text: cmdutil.YesNo(v.Held)}
 	if v.Held {
