@@ -127,11 +127,14 @@ func isLocal(id int64) bool { return id < 0 }
 
 // Posture reports "quorum", "open" or "recovering" ("quorum" without a
 // spool), for status pages and tests.
-func (a *Arbiter) Posture() string {
-	if a.open == nil {
+func (a *Arbiter) Posture() string { return a.posture() }
+
+// posture is the cell's posture's name.
+func (c *cell) posture() string {
+	if c.open == nil {
 		return postureQuorum.String()
 	}
-	return a.open.load().String()
+	return c.open.load().String()
 }
 
 // noQuorumFor is how long the store has certainly been without a quorum:

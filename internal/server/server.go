@@ -406,6 +406,27 @@ func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) 
 		SealedReason: st.SealedReason, RecordMissing: st.RecordMissing, HighestEpoch: st.Highest}, nil
 }
 
+// ListClusters implements lock.v1 AdminService.
+func (s *Server) ListClusters(ctx context.Context, _ *lockv1.ListClustersRequest) (*lockv1.ListClustersResponse, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
+	resp := &lockv1.ListClustersResponse{}
+	for _, c := range s.arb.Clusters(ctx) {
+		pc := &lockv1.Cluster{Name: c.Name, Reachable: c.Err == nil, Leader: c.Leader, Revision: c.Epoch.Revision,
+			Epoch: c.Epoch.Epoch, Sealed: c.Epoch.Sealed, SealedReason: c.Epoch.SealedReason, Sessions: c.Sessions,
+			ClusterId: c.Epoch.StoreClusterID, Posture: c.Posture}
+		for _, t := range c.Tiers {
+			pc.Tiers = append(pc.Tiers, string(t))
+		}
+		if c.Err != nil {
+			pc.Error = c.Err.Error()
+		}
+		resp.Clusters = append(resp.Clusters, pc)
+	}
+	return resp, nil
+}
+
 // AdvanceEpoch implements lock.v1 AdminService: refused, since an advance
 // takes two operators.
 func (s *Server) AdvanceEpoch(ctx context.Context, _ *lockv1.AdvanceEpochRequest) (*lockv1.AdvanceEpochResponse, error) {

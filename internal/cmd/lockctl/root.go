@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cli/printer"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/clusters"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/epoch"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
@@ -142,6 +143,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(history.NewCmdHistory(f, nil))
 	root.AddCommand(unprotected.NewCmdUnprotected(f, nil))
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
+	root.AddCommand(clusters.NewCmdClusters(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
 	root.AddCommand(top.NewCmdTop(f, nil))

@@ -2730,6 +2730,233 @@ func (x *EpochStatusResponse) GetHighestEpoch() uint32 {
 	return 0
 }
 
+// ListClustersRequest asks for every cluster.
+type ListClustersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClustersRequest) Reset() {
+	*x = ListClustersRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClustersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClustersRequest) ProtoMessage() {}
+
+func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
+func (*ListClustersRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+}
+
+// Cluster is one etcd cluster lockd fronts, as this lockd sees it now.
+type Cluster struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's name (the topology file's; "embedded" or "etcd" without one).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tiers whose keys live here ("coord", "entity").
+	Tiers []string `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// True when a linearizable read of the cluster succeeded just now.
+	Reachable bool `protobuf:"varint,3,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	// Why the read failed, when not reachable.
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// The leader member's name; empty when unknown.
+	Leader string `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The cluster's revision at the read.
+	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The epoch record's epoch, and whether grants on this cluster are sealed
+	// (sealed_reason says why).
+	Epoch        uint32 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Sealed       bool   `protobuf:"varint,8,opt,name=sealed,proto3" json:"sealed,omitempty"`
+	SealedReason string `protobuf:"bytes,9,opt,name=sealed_reason,json=sealedReason,proto3" json:"sealed_reason,omitempty"`
+	// Sessions with a lease on this cluster.
+	Sessions int64 `protobuf:"varint,10,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	// The etcd cluster ID.
+	ClusterId uint64 `protobuf:"varint,11,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// This lockd's posture for the cluster: "quorum", "open" (granting classes
+	// open on quorum loss from memory) or "recovering".
+	Posture       string `protobuf:"bytes,12,opt,name=posture,proto3" json:"posture,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cluster) Reset() {
+	*x = Cluster{}
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cluster) ProtoMessage() {}
+
+func (x *Cluster) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
+func (*Cluster) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Cluster) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Cluster) GetTiers() []string {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *Cluster) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *Cluster) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Cluster) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *Cluster) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Cluster) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Cluster) GetSealed() bool {
+	if x != nil {
+		return x.Sealed
+	}
+	return false
+}
+
+func (x *Cluster) GetSealedReason() string {
+	if x != nil {
+		return x.SealedReason
+	}
+	return ""
+}
+
+func (x *Cluster) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *Cluster) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
+	}
+	return 0
+}
+
+func (x *Cluster) GetPosture() string {
+	if x != nil {
+		return x.Posture
+	}
+	return ""
+}
+
+// ListClustersResponse lists the clusters, coord tier first.
+type ListClustersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clusters      []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClustersResponse) Reset() {
+	*x = ListClustersResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClustersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClustersResponse) ProtoMessage() {}
+
+func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
+func (*ListClustersResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListClustersResponse) GetClusters() []*Cluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
 // AdvanceEpochRequest states the epoch the operator expects to advance from.
 type AdvanceEpochRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2743,7 +2970,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2982,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2995,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -2800,7 +3027,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3039,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3052,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -2868,7 +3095,7 @@ type RequestEpochAdvanceRequest struct {
 
 func (x *RequestEpochAdvanceRequest) Reset() {
 	*x = RequestEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3107,7 @@ func (x *RequestEpochAdvanceRequest) String() string {
 func (*RequestEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3120,7 @@ func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
@@ -2934,7 +3161,7 @@ type RequestEpochAdvanceResponse struct {
 
 func (x *RequestEpochAdvanceResponse) Reset() {
 	*x = RequestEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3173,7 @@ func (x *RequestEpochAdvanceResponse) String() string {
 func (*RequestEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3186,7 @@ func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RequestEpochAdvanceResponse) GetId() string {
@@ -3015,7 +3242,7 @@ type ApproveEpochAdvanceRequest struct {
 
 func (x *ApproveEpochAdvanceRequest) Reset() {
 	*x = ApproveEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3254,7 @@ func (x *ApproveEpochAdvanceRequest) String() string {
 func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3267,7 @@ func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ApproveEpochAdvanceRequest) GetId() string {
@@ -3069,7 +3296,7 @@ type ApproveEpochAdvanceResponse struct {
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
 	*x = ApproveEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3308,7 @@ func (x *ApproveEpochAdvanceResponse) String() string {
 func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3321,7 @@ func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
@@ -3148,7 +3375,7 @@ type ClassStatsRequest struct {
 
 func (x *ClassStatsRequest) Reset() {
 	*x = ClassStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3387,7 @@ func (x *ClassStatsRequest) String() string {
 func (*ClassStatsRequest) ProtoMessage() {}
 
 func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3400,7 @@ func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsRequest.ProtoReflect.Descriptor instead.
 func (*ClassStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 // ClassStatsResponse holds per-class statistics of the lockd answering.
@@ -3187,7 +3414,7 @@ type ClassStatsResponse struct {
 
 func (x *ClassStatsResponse) Reset() {
 	*x = ClassStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3426,7 @@ func (x *ClassStatsResponse) String() string {
 func (*ClassStatsResponse) ProtoMessage() {}
 
 func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3439,7 @@ func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsResponse.ProtoReflect.Descriptor instead.
 func (*ClassStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClassStatsResponse) GetStats() []*ClassStat {
@@ -3243,7 +3470,7 @@ type ClassStat struct {
 
 func (x *ClassStat) Reset() {
 	*x = ClassStat{}
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3482,7 @@ func (x *ClassStat) String() string {
 func (*ClassStat) ProtoMessage() {}
 
 func (x *ClassStat) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3495,7 @@ func (x *ClassStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStat.ProtoReflect.Descriptor instead.
 func (*ClassStat) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClassStat) GetNamespace() string {
@@ -3333,7 +3560,7 @@ type ValidateTokenRequest struct {
 
 func (x *ValidateTokenRequest) Reset() {
 	*x = ValidateTokenRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3572,7 @@ func (x *ValidateTokenRequest) String() string {
 func (*ValidateTokenRequest) ProtoMessage() {}
 
 func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3585,7 @@ func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ValidateTokenRequest) GetKey() string {
@@ -3393,7 +3620,7 @@ type ValidateTokenResponse struct {
 
 func (x *ValidateTokenResponse) Reset() {
 	*x = ValidateTokenResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[47]
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3632,7 @@ func (x *ValidateTokenResponse) String() string {
 func (*ValidateTokenResponse) ProtoMessage() {}
 
 func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[47]
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3645,7 @@ func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{47}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ValidateTokenResponse) GetValid() bool {
@@ -3474,7 +3701,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3713,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3726,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{48}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HistoryRequest) GetKey() string {
@@ -3566,7 +3793,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3805,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3818,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{49}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HistoryResponse) GetEvents() []*HistoryEvent {
@@ -3655,7 +3882,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3667,7 +3894,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3680,7 +3907,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{50}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryEvent) GetClusterId() uint64 {
@@ -3876,7 +4103,7 @@ type HistoryStatsRequest struct {
 
 func (x *HistoryStatsRequest) Reset() {
 	*x = HistoryStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	mi := &file_lock_v1_lock_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4115,7 @@ func (x *HistoryStatsRequest) String() string {
 func (*HistoryStatsRequest) ProtoMessage() {}
 
 func (x *HistoryStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	mi := &file_lock_v1_lock_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4128,7 @@ func (x *HistoryStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryStatsRequest.ProtoReflect.Descriptor instead.
 func (*HistoryStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{51}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HistoryStatsRequest) GetSince() *timestamppb.Timestamp {
@@ -3928,7 +4155,7 @@ type HistoryStatsResponse struct {
 
 func (x *HistoryStatsResponse) Reset() {
 	*x = HistoryStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	mi := &file_lock_v1_lock_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4167,7 @@ func (x *HistoryStatsResponse) String() string {
 func (*HistoryStatsResponse) ProtoMessage() {}
 
 func (x *HistoryStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	mi := &file_lock_v1_lock_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4180,7 @@ func (x *HistoryStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryStatsResponse.ProtoReflect.Descriptor instead.
 func (*HistoryStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{52}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HistoryStatsResponse) GetClasses() []*ClassHistory {
@@ -3982,7 +4209,7 @@ type ClassHistory struct {
 
 func (x *ClassHistory) Reset() {
 	*x = ClassHistory{}
-	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	mi := &file_lock_v1_lock_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4221,7 @@ func (x *ClassHistory) String() string {
 func (*ClassHistory) ProtoMessage() {}
 
 func (x *ClassHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	mi := &file_lock_v1_lock_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4234,7 @@ func (x *ClassHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassHistory.ProtoReflect.Descriptor instead.
 func (*ClassHistory) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{53}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ClassHistory) GetNamespace() string {
@@ -4231,7 +4458,25 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
 	"\rsealed_reason\x18\x06 \x01(\tR\fsealedReason\x12%\n" +
 	"\x0erecord_missing\x18\a \x01(\bR\rrecordMissing\x12#\n" +
-	"\rhighest_epoch\x18\b \x01(\rR\fhighestEpoch\"L\n" +
+	"\rhighest_epoch\x18\b \x01(\rR\fhighestEpoch\"\x15\n" +
+	"\x13ListClustersRequest\"\xc3\x02\n" +
+	"\aCluster\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05tiers\x18\x02 \x03(\tR\x05tiers\x12\x1c\n" +
+	"\treachable\x18\x03 \x01(\bR\treachable\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\tR\x06leader\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\rR\x05epoch\x12\x16\n" +
+	"\x06sealed\x18\b \x01(\bR\x06sealed\x12#\n" +
+	"\rsealed_reason\x18\t \x01(\tR\fsealedReason\x12\x1a\n" +
+	"\bsessions\x18\n" +
+	" \x01(\x03R\bsessions\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\v \x01(\x04R\tclusterId\x12\x18\n" +
+	"\aposture\x18\f \x01(\tR\aposture\"D\n" +
+	"\x14ListClustersResponse\x12,\n" +
+	"\bclusters\x18\x01 \x03(\v2\x10.lock.v1.ClusterR\bclusters\"L\n" +
 	"\x13AdvanceEpochRequest\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x01 \x01(\rR\tfromEpoch\x12\x16\n" +
@@ -4395,9 +4640,10 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
 	"\n" +
 	"ClassStats\x12\x1a.lock.v1.ClassStatsRequest\x1a\x1b.lock.v1.ClassStatsResponse\x12N\n" +
-	"\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse2\xe2\x05\n" +
+	"\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse2\xaf\x06\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
+	"\fListClusters\x12\x1c.lock.v1.ListClustersRequest\x1a\x1d.lock.v1.ListClustersResponse\x12K\n" +
 	"\fAdvanceEpoch\x12\x1c.lock.v1.AdvanceEpochRequest\x1a\x1d.lock.v1.AdvanceEpochResponse\x12`\n" +
 	"\x13RequestEpochAdvance\x12#.lock.v1.RequestEpochAdvanceRequest\x1a$.lock.v1.RequestEpochAdvanceResponse\x12`\n" +
 	"\x13ApproveEpochAdvance\x12#.lock.v1.ApproveEpochAdvanceRequest\x1a$.lock.v1.ApproveEpochAdvanceResponse\x12`\n" +
@@ -4419,7 +4665,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -4460,126 +4706,132 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),        // 36: lock.v1.ListSessionsResponse
 	(*EpochStatusRequest)(nil),          // 37: lock.v1.EpochStatusRequest
 	(*EpochStatusResponse)(nil),         // 38: lock.v1.EpochStatusResponse
-	(*AdvanceEpochRequest)(nil),         // 39: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 40: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 41: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 42: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 43: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 44: lock.v1.ApproveEpochAdvanceResponse
-	(*ClassStatsRequest)(nil),           // 45: lock.v1.ClassStatsRequest
-	(*ClassStatsResponse)(nil),          // 46: lock.v1.ClassStatsResponse
-	(*ClassStat)(nil),                   // 47: lock.v1.ClassStat
-	(*ValidateTokenRequest)(nil),        // 48: lock.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil),       // 49: lock.v1.ValidateTokenResponse
-	(*HistoryRequest)(nil),              // 50: lock.v1.HistoryRequest
-	(*HistoryResponse)(nil),             // 51: lock.v1.HistoryResponse
-	(*HistoryEvent)(nil),                // 52: lock.v1.HistoryEvent
-	(*HistoryStatsRequest)(nil),         // 53: lock.v1.HistoryStatsRequest
-	(*HistoryStatsResponse)(nil),        // 54: lock.v1.HistoryStatsResponse
-	(*ClassHistory)(nil),                // 55: lock.v1.ClassHistory
-	(*timestamppb.Timestamp)(nil),       // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 57: google.protobuf.Duration
+	(*ListClustersRequest)(nil),         // 39: lock.v1.ListClustersRequest
+	(*Cluster)(nil),                     // 40: lock.v1.Cluster
+	(*ListClustersResponse)(nil),        // 41: lock.v1.ListClustersResponse
+	(*AdvanceEpochRequest)(nil),         // 42: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 43: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 44: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 45: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 46: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 47: lock.v1.ApproveEpochAdvanceResponse
+	(*ClassStatsRequest)(nil),           // 48: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 49: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 50: lock.v1.ClassStat
+	(*ValidateTokenRequest)(nil),        // 51: lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil),       // 52: lock.v1.ValidateTokenResponse
+	(*HistoryRequest)(nil),              // 53: lock.v1.HistoryRequest
+	(*HistoryResponse)(nil),             // 54: lock.v1.HistoryResponse
+	(*HistoryEvent)(nil),                // 55: lock.v1.HistoryEvent
+	(*HistoryStatsRequest)(nil),         // 56: lock.v1.HistoryStatsRequest
+	(*HistoryStatsResponse)(nil),        // 57: lock.v1.HistoryStatsResponse
+	(*ClassHistory)(nil),                // 58: lock.v1.ClassHistory
+	(*timestamppb.Timestamp)(nil),       // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 60: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	56, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	56, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	56, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	59, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	59, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	59, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	57, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	57, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	60, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	60, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	60, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	57, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	56, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	60, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	59, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	57, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	60, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	56, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	56, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	57, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	59, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	59, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
-	57, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	57, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	60, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	60, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
 	29, // 23: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	30, // 24: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
 	29, // 25: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	57, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	56, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	56, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	57, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	60, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	59, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	59, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	60, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	56, // 31: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	57, // 32: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
-	47, // 33: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	57, // 34: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	57, // 35: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 36: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	56, // 37: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 38: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
-	52, // 39: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	56, // 40: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
-	11, // 41: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	56, // 42: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
-	11, // 43: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	56, // 44: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	57, // 45: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	56, // 46: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 47: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
-	55, // 48: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
-	57, // 49: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
-	12, // 50: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 51: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 52: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 53: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 54: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 55: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 56: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 57: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	50, // 58: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	53, // 59: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
-	34, // 60: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 61: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	45, // 62: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	48, // 63: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 64: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 65: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	41, // 66: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	43, // 67: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 68: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 69: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 70: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 71: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 72: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 73: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 74: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 75: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 76: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 77: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 78: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 79: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	51, // 80: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	54, // 81: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
-	36, // 82: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 83: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	46, // 84: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	49, // 85: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 86: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	40, // 87: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	42, // 88: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	44, // 89: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 90: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 91: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 92: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 93: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	72, // [72:94] is the sub-list for method output_type
-	50, // [50:72] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	40, // 31: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
+	59, // 32: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 33: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	50, // 34: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	60, // 35: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	60, // 36: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 37: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	59, // 38: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 39: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 40: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
+	59, // 41: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	11, // 42: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
+	59, // 43: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	11, // 44: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
+	59, // 45: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 46: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	59, // 47: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 48: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	58, // 49: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
+	60, // 50: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	12, // 51: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 52: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 53: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 54: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 55: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 56: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 57: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 58: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	53, // 59: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	56, // 60: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	34, // 61: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 62: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	48, // 63: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	51, // 64: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 65: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 66: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
+	42, // 67: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	44, // 68: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	46, // 69: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 70: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 71: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 72: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 73: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 74: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 75: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 76: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 77: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 78: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 79: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 80: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 81: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	54, // 82: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	57, // 83: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	36, // 84: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 85: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	49, // 86: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	52, // 87: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 88: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	41, // 89: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
+	43, // 90: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	45, // 91: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	47, // 92: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 93: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 94: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 95: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 96: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	74, // [74:97] is the sub-list for method output_type
+	51, // [51:74] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -4593,7 +4845,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -689,6 +689,7 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	AdminService_EpochStatus_FullMethodName         = "/lock.v1.AdminService/EpochStatus"
+	AdminService_ListClusters_FullMethodName        = "/lock.v1.AdminService/ListClusters"
 	AdminService_AdvanceEpoch_FullMethodName        = "/lock.v1.AdminService/AdvanceEpoch"
 	AdminService_RequestEpochAdvance_FullMethodName = "/lock.v1.AdminService/RequestEpochAdvance"
 	AdminService_ApproveEpochAdvance_FullMethodName = "/lock.v1.AdminService/ApproveEpochAdvance"
@@ -706,6 +707,10 @@ const (
 type AdminServiceClient interface {
 	// EpochStatus reports the epoch record and whether this arbiter is sealed.
 	EpochStatus(ctx context.Context, in *EpochStatusRequest, opts ...grpc.CallOption) (*EpochStatusResponse, error)
+	// ListClusters reports each etcd cluster this lockd fronts: the tiers it
+	// serves, whether lockd can read it now, its leader, revision, epoch and
+	// seal, and its sessions. Any authenticated caller.
+	ListClusters(ctx context.Context, in *ListClustersRequest, opts ...grpc.CallOption) (*ListClustersResponse, error)
 	// AdvanceEpoch is refused: an epoch advance takes two operators. Use
 	// RequestEpochAdvance, then ApproveEpochAdvance by another operator.
 	AdvanceEpoch(ctx context.Context, in *AdvanceEpochRequest, opts ...grpc.CallOption) (*AdvanceEpochResponse, error)
@@ -744,6 +749,16 @@ func (c *adminServiceClient) EpochStatus(ctx context.Context, in *EpochStatusReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EpochStatusResponse)
 	err := c.cc.Invoke(ctx, AdminService_EpochStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ListClusters(ctx context.Context, in *ListClustersRequest, opts ...grpc.CallOption) (*ListClustersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClustersResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListClusters_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -828,6 +843,10 @@ func (c *adminServiceClient) ListForceReleases(ctx context.Context, in *ListForc
 type AdminServiceServer interface {
 	// EpochStatus reports the epoch record and whether this arbiter is sealed.
 	EpochStatus(context.Context, *EpochStatusRequest) (*EpochStatusResponse, error)
+	// ListClusters reports each etcd cluster this lockd fronts: the tiers it
+	// serves, whether lockd can read it now, its leader, revision, epoch and
+	// seal, and its sessions. Any authenticated caller.
+	ListClusters(context.Context, *ListClustersRequest) (*ListClustersResponse, error)
 	// AdvanceEpoch is refused: an epoch advance takes two operators. Use
 	// RequestEpochAdvance, then ApproveEpochAdvance by another operator.
 	AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error)
@@ -864,6 +883,9 @@ type UnimplementedAdminServiceServer struct{}
 
 func (UnimplementedAdminServiceServer) EpochStatus(context.Context, *EpochStatusRequest) (*EpochStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EpochStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) ListClusters(context.Context, *ListClustersRequest) (*ListClustersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClusters not implemented")
 }
 func (UnimplementedAdminServiceServer) AdvanceEpoch(context.Context, *AdvanceEpochRequest) (*AdvanceEpochResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AdvanceEpoch not implemented")
@@ -921,6 +943,24 @@ func _AdminService_EpochStatus_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).EpochStatus(ctx, req.(*EpochStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ListClusters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClustersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListClusters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListClusters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListClusters(ctx, req.(*ListClustersRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1061,6 +1101,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EpochStatus",
 			Handler:    _AdminService_EpochStatus_Handler,
+		},
+		{
+			MethodName: "ListClusters",
+			Handler:    _AdminService_ListClusters_Handler,
 		},
 		{
 			MethodName: "AdvanceEpoch",
