@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -204,7 +205,11 @@ func (a *Lockd) WaitReady(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// FreePorts returns n free loopback TCP ports.
+// FreePorts returns n free loopback TCP ports, chosen below the kernel's
+// ephemeral range when it can be read: a port from the range (what
+// listening on :0 gives) can be taken by any outgoing connection between
+// this check and the process's bind (a lockd then exits "address already
+// in use"), while ports below it are only ever taken by a bind.
 func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	var ports []int
@@ -213,15 +218,47 @@ func FreePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	low := ephemeralLow()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("proc: no free port below %d after %d tries", low, tries)
+		}
+		addr := "127.0.0.1:0"
+		if low > minPort {
+			addr = "127.0.0.1:" + strconv.Itoa(minPort+rand.IntN(low-minPort))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			if addr == "127.0.0.1:0" {
+				return nil, err
+			}
+			continue // taken: another
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// minPort is the lowest port FreePorts picks below the ephemeral range.
+const minPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return low
 }
 
 // Metric reads one value from the Prometheus text at http://addr/metrics:

@@ -36,3 +36,25 @@ func TestWaitReadyEndsWhenTheProcessExits(t *testing.T) {
 		t.Errorf("LogTail(1) = %q, want %q", got, want)
 	}
 }
+
+// TestFreePortsAreBelowTheEphemeralRange: a port from the kernel's
+// ephemeral range can be taken by any outgoing connection before the
+// process binds it (the gate saw a lockd exit "address already in use"
+// that way); FreePorts picks below the range, where only a bind takes one.
+func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	if low <= minPort {
+		t.Fatalf("ephemeral range starts at %d; this test needs /proc/sys/net/ipv4/ip_local_port_range above %d", low, minPort)
+	}
+	ports, err := FreePorts(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p < minPort || p >= low || seen[p] {
+			t.Fatalf("port %d: want distinct ports in [%d, %d)", p, minPort, low)
+		}
+		seen[p] = true
+	}
+}
