@@ -301,8 +301,7 @@ func (a *Arbiter) Start(ctx context.Context) error {
 	// Quorum may have returned a moment ago, before another arbiter saw it
 	// and wrote its open grace (recovery.go).
 	a.holdOff(a.detectionBound())
-	age := func() time.Duration { return time.Since(a.epoch.Load().readAt) }
-	a.metrics.epochReadAt.Store(&age)
+	a.metrics.startCluster(a.name, func() time.Duration { return time.Since(a.epoch.Load().readAt) })
 	if a.open != nil {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); a.postureLoop(a.bg) }()

@@ -81,7 +81,7 @@ func (a *Arbiter) collect(ctx context.Context) error {
 	if a.holdingOff() {
 		openGrace = 1
 	}
-	a.metrics.graceActive.Set(epochGrace)
-	a.metrics.openGraceActive.Set(openGrace)
+	a.metrics.graceActive.WithLabelValues(a.name).Set(epochGrace)
+	a.metrics.openGraceActive.WithLabelValues(a.name).Set(openGrace)
 	return nil
 }

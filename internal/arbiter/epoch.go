@@ -256,7 +256,7 @@ func (c *cell) apply(o observation) *epochState {
 
 func (c *cell) installLocked(st *epochState) {
 	old := c.epoch.Swap(st)
-	c.metrics.setSealed(st.sealed, st.epoch)
+	c.metrics.setSealed(c.name, st.sealed, st.epoch)
 	if old == nil || old.sealed != st.sealed || old.epoch != st.epoch || old.clusterID != st.clusterID {
 		// The store may have been swapped (a restore or a rebuild starts
 		// its revisions lower): watches from a revision of the old store
@@ -607,7 +607,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 		return adv, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
 	}
 	adv.HoldsDeleted = resp.Responses[1].GetResponseDeleteRange().Deleted
-	a.metrics.graceActive.Set(1) // until the next collection finds the key gone
+	a.metrics.graceActive.WithLabelValues(a.name).Set(1) // until the next collection finds the key gone
 	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
 		"cluster_id", hexID(newID), "holds_deleted", adv.HoldsDeleted, "reason", req.Reason, "grants_resume_in", adv.Grace)
 	if resp.Header.ClusterId != newID {

@@ -1,7 +1,7 @@
 package arbiter
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,8 +24,10 @@ type Metrics struct {
 	// MaxEpochAge.
 	keepAlivesNotCredited prometheus.Counter
 	quotaRefusals         *prometheus.CounterVec
-	sealed                prometheus.Gauge
-	epoch                 prometheus.Gauge
+	// sealed, epoch, graceActive, openGraceActive and openPosture are per
+	// cluster (label cluster, the cell's name).
+	sealed *prometheus.GaugeVec
+	epoch  *prometheus.GaugeVec
 	// ClassReloadFailures counts class sets rejected on reload.
 	ClassReloadFailures prometheus.Counter
 	// Sessions and Holds are store-wide gauges refreshed by a collector.
@@ -38,20 +40,21 @@ type Metrics struct {
 	tokenValidations       *prometheus.CounterVec
 	// graceActive is 1 while an epoch advance's grace key exists (grants
 	// wait it out); refreshed with the store-wide gauges.
-	graceActive prometheus.Gauge
+	graceActive *prometheus.GaugeVec
 	// openGraceActive is 1 while this arbiter holds classes open on quorum
 	// loss back after an outage: an open grace exists or it is holding off
 	// (recovery.go); refreshed with the store-wide gauges.
-	openGraceActive prometheus.Gauge
-	// epochReadAt is when this arbiter last confirmed the epoch with a
-	// linearizable read, for lockd_epoch_read_age_seconds: a read that
-	// needs a quorum, so its age grows while the store has none.
-	epochReadAt atomic.Pointer[func() time.Duration]
-	code        func(error) codes.Code
+	openGraceActive *prometheus.GaugeVec
+	// epochReadAge is, per cluster, the time since this arbiter last
+	// confirmed the epoch with a linearizable read, for
+	// lockd_epoch_read_age_seconds: a read that needs a quorum, so its age
+	// grows while the cluster has none.
+	epochReadAge readAges
+	code         func(error) codes.Code
 	// openPosture is 1 while this arbiter grants open classes from memory;
 	// unprotectedGrants counts those grants, unprotectedShipped the ones
 	// shipped to the history.
-	openPosture        prometheus.Gauge
+	openPosture        *prometheus.GaugeVec
 	unprotectedGrants  *prometheus.CounterVec
 	unprotectedShipped prometheus.Counter
 	// wrongRegion counts per-key calls refused, before any etcd read,
@@ -100,10 +103,10 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_quota_refusals_total",
 			Help: "Requests refused by a per-identity quota on this lockd; code is sessions or waiters."}, []string{"namespace", "code"}),
-		sealed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockd_sealed", Help: "1 when grants are refused until the epoch advances: the store was restored, rebuilt empty, or is behind what lockd served."}),
-		epoch: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "lockd_epoch", Help: "The current epoch."}),
+		sealed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockd_sealed", Help: "1 when grants on the cluster are refused until its epoch advances: the store was restored, rebuilt empty, or is behind what lockd served."}, []string{"cluster"}),
+		epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lockd_epoch", Help: "The cluster's current epoch."}, []string{"cluster"}),
 		ClassReloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_class_reload_failures_total", Help: "Class sets rejected on reload; the last good set keeps serving."}),
 		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -125,44 +128,71 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 			Help: "ValidateToken calls by key namespace (\"-\" before the caller is authorized); code is current, superseded, not_held or other_epoch for answers, else the gRPC code of the refusal. A resource depending on ValidateToken shows here."},
 			[]string{"namespace", "code"}),
 	}
-	m.openPosture = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "lockd_open_posture", Help: "1 while this lockd has had no etcd quorum for longer than --open-after and grants classes with onQuorumLoss: open from memory, unprotected (token 0)."})
+	m.openPosture = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lockd_open_posture", Help: "1 while this lockd has had no quorum of the cluster for longer than --open-after and grants classes with onQuorumLoss: open from memory, unprotected (token 0)."}, []string{"cluster"})
 	m.unprotectedGrants = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_unprotected_grants_total", Help: "Grants made from memory without a quorum (token 0), spooled before they were answered."},
 		[]string{"namespace", "class"})
 	m.unprotectedShipped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_unprotected_shipped_total", Help: "Unprotected grants shipped from the spool to the store (and so to the history) after quorum returned."})
-	m.openGraceActive = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.openGraceActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lockd_open_grace_active",
-		Help: "1 while this lockd grants no key of a class open on quorum loss through etcd, because quorum has just returned and a holder of an unprotected grant may still be acting on it."})
+		Help: "1 while this lockd grants no key of a class open on quorum loss through the cluster, because its quorum has just returned and a holder of an unprotected grant may still be acting on it."}, []string{"cluster"})
 	reg.MustRegister(m.openPosture, m.unprotectedGrants, m.unprotectedShipped, m.openGraceActive)
 	m.wrongRegion = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_wrong_region_total",
 		Help: "Per-key calls refused before any etcd read because the key's namespace is homed to another region (WRONG_REGION)."}, []string{"namespace"})
 	reg.MustRegister(m.wrongRegion)
-	m.graceActive = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "lockd_epoch_grace_active", Help: "1 while grants wait out an epoch advance's grace (the grace key exists in the store)."})
-	epochReadAge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "lockd_epoch_read_age_seconds",
-		Help: "Seconds since this lockd last read the epoch from a quorum of the store; it grows without bound while the store has no quorum or cannot be reached (0 before the first read)."},
-		func() float64 {
-			if f := m.epochReadAt.Load(); f != nil {
-				return (*f)().Seconds()
-			}
-			return 0
-		})
-	reg.MustRegister(m.graceActive, epochReadAge, m.keepAlivesNotCredited, m.quotaRefusals, m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
+	m.graceActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lockd_epoch_grace_active", Help: "1 while grants on the cluster wait out an epoch advance's grace (the grace key exists in it)."}, []string{"cluster"})
+	m.epochReadAge.desc = prometheus.NewDesc("lockd_epoch_read_age_seconds",
+		"Seconds since this lockd last read the epoch from a quorum of the cluster; it grows without bound while the cluster has no quorum or cannot be reached.",
+		[]string{"cluster"}, nil)
+	reg.MustRegister(m.graceActive, &m.epochReadAge, m.keepAlivesNotCredited, m.quotaRefusals, m.tokenValidations, m.forceReleases, m.epochAdvances, m.grants, m.acquires, m.grantLatency, m.waits, m.leaks, m.sessionsOpened,
 		m.keepAliveFailures, m.sealed, m.epoch, m.ClassReloadFailures, m.Sessions, m.Holds, m.ExpiriesWithoutRelease)
 	return m
 }
 
-func (m *Metrics) setSealed(sealed bool, epoch uint32) {
-	if sealed {
-		m.sealed.Set(1)
-	} else {
-		m.sealed.Set(0)
+func (m *Metrics) setSealed(cluster string, sealed bool, epoch uint32) {
+	m.sealed.WithLabelValues(cluster).Set(boolGauge(sealed))
+	m.epoch.WithLabelValues(cluster).Set(float64(epoch))
+}
+
+// startCluster exports cluster's gauges, at zero until they are set, and
+// its epoch read age from age.
+func (m *Metrics) startCluster(cluster string, age func() time.Duration) {
+	m.graceActive.WithLabelValues(cluster).Set(0)
+	m.openGraceActive.WithLabelValues(cluster).Set(0)
+	m.openPosture.WithLabelValues(cluster).Set(0)
+	m.epochReadAge.track(cluster, age)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
 	}
-	m.epoch.Set(float64(epoch))
+	return 0
+}
+
+// readAges is lockd_epoch_read_age_seconds: per cluster, computed when
+// scraped from the cell's last confirmed read.
+type readAges struct {
+	desc *prometheus.Desc
+	ages sync.Map // cluster -> func() time.Duration
+}
+
+// track reports the age of cluster's epoch reads from now on.
+func (r *readAges) track(cluster string, age func() time.Duration) { r.ages.Store(cluster, age) }
+
+// Describe implements prometheus.Collector.
+func (r *readAges) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+// Collect implements prometheus.Collector.
+func (r *readAges) Collect(ch chan<- prometheus.Metric) {
+	r.ages.Range(func(k, v any) bool {
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.GaugeValue, v.(func() time.Duration)().Seconds(), k.(string))
+		return true
+	})
 }
 
 func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {

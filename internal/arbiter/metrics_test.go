@@ -56,9 +56,10 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 	}
 }
 
-// TestEpochGaugesForAlerts: the gauges the grace and quorum alerts read.
-// An advance turns lockd_epoch_grace_active on at once, and the epoch read
-// age stays within the refresh interval while the store answers.
+// TestEpochGaugesForAlerts: the gauges the grace and quorum alerts read,
+// one per cluster (label cluster). An advance turns
+// lockd_epoch_grace_active on at once, and the epoch read age stays within
+// the refresh interval while the store answers.
 func TestEpochGaugesForAlerts(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	env := lockdtest.Start(t, lockdtest.Options{Registry: reg})
@@ -68,11 +69,21 @@ func TestEpochGaugesForAlerts(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-				return mf.GetMetric()[0].GetGauge().GetValue(), true
+			if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+				continue
 			}
+			m := mf.GetMetric()[0]
+			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "cluster" || m.GetLabel()[0].GetValue() != "embedded" {
+				t.Fatalf("%s labels %v; want cluster=embedded", name, m.GetLabel())
+			}
+			return m.GetGauge().GetValue(), true
 		}
 		return 0, false
+	}
+	for _, name := range []string{"lockd_sealed", "lockd_epoch", "lockd_open_posture", "lockd_open_grace_active"} {
+		if _, ok := gauge(name); !ok {
+			t.Fatalf("%s not exported for the cluster", name)
+		}
 	}
 	if v, ok := gauge("lockd_epoch_grace_active"); !ok || v != 0 {
 		t.Fatalf("lockd_epoch_grace_active before any advance = %v (exported %v), want 0", v, ok)

@@ -194,7 +194,7 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 		o.set(postureOpen)
 		o.signalLocked()
 		o.mu.Unlock()
-		a.metrics.openPosture.Set(1)
+		a.metrics.openPosture.WithLabelValues(a.name).Set(1)
 		a.log.Warn("no etcd quorum: open posture on; classes with onQuorumLoss: open are granted from memory, unprotected (token 0), and spooled; closed classes are refused",
 			"no_quorum_for", age.Round(time.Millisecond).String(), "open_after", o.after.String(), "arbiter", o.id)
 		return
@@ -229,7 +229,7 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 		o.unshipped = false
 		o.signalLocked()
 		o.mu.Unlock()
-		a.metrics.openPosture.Set(0)
+		a.metrics.openPosture.WithLabelValues(a.name).Set(0)
 		if n > 0 || p == postureRecovering {
 			a.log.Info("unprotected grants shipped to the history; normal grants resume", "shipped", n, "arbiter", o.id)
 		}
