@@ -80,14 +80,14 @@ var overviewDashboard = Dashboard{
 		},
 		{
 			Title:       "Epoch read age (quorum)",
-			Description: "Seconds since each lockd last read the epoch from a quorum of each etcd cluster: it stays near zero while the cluster has quorum and climbs without bound while it has none; past the 3 s line keepalives on that cluster go uncredited. One line per lockd and cluster: an incident in one cluster climbs on its lines only.",
+			Description: "Seconds since each lockd last read the epoch from a quorum of each etcd cluster: it stays near zero while the cluster has quorum and climbs without bound while it has none; past the 3 s line keepalives on that cluster go uncredited, one line per lockd and cluster.",
 			Unit:        "s", Width: 12,
 			Thresholds: []Threshold{{3, red}},
 			Targets:    []Target{{`max by (instance, cluster) (lockd_epoch_read_age_seconds)`, "{{instance}} {{cluster}}"}},
 		},
 		{
 			Stat: true, Title: "Sealed",
-			Description: "Sealed means some lockd refuses every grant on that cluster until two operators advance its epoch (the store was restored, rebuilt empty, or is behind what lockd served): see docs/runbooks.md. One value per etcd cluster.",
+			Description: "Sealed means some lockd refuses every grant on that cluster until two operators advance its epoch (the store was restored, rebuilt empty, or is behind what lockd served), one value per etcd cluster: see docs/runbooks.md.",
 			Unit:        "none", Width: 4,
 			Thresholds: []Threshold{{1, red}},
 			Mappings:   map[string]Mapping{"0": {"serving", green}, "1": {"sealed", red}},
@@ -101,7 +101,7 @@ var overviewDashboard = Dashboard{
 		},
 		{
 			Stat: true, Title: "Epoch grace",
-			Description: "Grace means an epoch advance's grace key exists on that cluster and its grants wait it out; it clears by itself when the grace ends (refreshed every 15 s). One value per etcd cluster.",
+			Description: "Grace means an epoch advance's grace key exists on that cluster and its grants wait it out; it clears by itself when the grace ends (refreshed every 15 s), one value per etcd cluster.",
 			Unit:        "none", Width: 4,
 			Thresholds: []Threshold{{1, orange}},
 			Mappings:   map[string]Mapping{"0": {"none", green}, "1": {"grace", orange}},
