@@ -149,10 +149,12 @@ func NewPolicy(set *class.Set) *Policy {
 
 // Arbiter serves grants. It is safe for concurrent use.
 type Arbiter struct {
-	// cell is the one etcd cluster this arbiter fronts, and everything
-	// tied to it (cell.go). Its fields and methods are promoted while the
-	// arbiter is being split into a router over several cells.
-	*cell
+	// home is the cell of the coord tier: sessions (their leases), the
+	// epoch operators advance and the open posture live there. cells are
+	// every cell the arbiter fronts, home first; a key's class picks its
+	// cell (cellFor). Today both tiers are served by home.
+	home  *cell
+	cells []*cell
 
 	operators map[string]bool
 	oidcOps   bool
@@ -202,17 +204,21 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil, nil)
 	}
+	home := newCell(cellConfig{
+		log:         log,
+		metrics:     metrics,
+		timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
+		refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
+		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
+		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
+		bootstrap:   cfg.Bootstrap,
+		monoBase:    time.Now(),
+		name:        cmp.Or(cfg.Cluster, DefaultCluster),
+		tiers:       []class.Tier{class.TierCoord, class.TierEntity},
+	}, cfg.Client, cfg.Leases, cfg.StateFile, floor)
 	a := &Arbiter{
-		cell: newCell(cellConfig{
-			log:         log,
-			metrics:     metrics,
-			timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
-			refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
-			maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
-			bootstrap:   cfg.Bootstrap,
-			monoBase:    time.Now(),
-			name:        cmp.Or(cfg.Cluster, DefaultCluster),
-		}, cfg.Client, cfg.Leases, cfg.StateFile, floor),
+		home:            home,
+		cells:           []*cell{home},
 		operators:       map[string]bool{},
 		oidcOps:         cfg.OIDCOperators,
 		log:             log,
@@ -228,8 +234,10 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		region:          cfg.Region,
 		regionEndpoints: maps.Clone(cfg.RegionEndpoints),
 	}
-	a.memory, a.durables = newMemoryLine(a, a.cell), newDurableLine(a, a.cell)
-	a.maxTTLSeen.Store(floor.MaxSessionTTL)
+	for _, c := range a.cells {
+		c.memory, c.durables = newMemoryLine(a, c), newDurableLine(a, c)
+	}
+	home.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
 	for _, op := range cfg.Operators {
 		a.operators[op] = true
@@ -254,7 +262,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		if len(left) > 0 {
 			a.log.Warn("spool: unprotected grants not yet shipped; they are shipped once the store answers", "grants", len(left))
 		}
-		a.open = newOpenState(a, cmp.Or(cfg.OpenAfter, DefaultOpenAfter), cfg.ArbiterID, sp, len(left) > 0)
+		home.open = newOpenState(a, cmp.Or(cfg.OpenAfter, DefaultOpenAfter), cfg.ArbiterID, sp, len(left) > 0)
 	}
 	return a, nil
 }
@@ -295,22 +303,25 @@ func (a *Arbiter) Metrics() *Metrics { return a.metrics }
 // record, or behind the state file, leaves the arbiter sealed, not
 // failed. Start fails if etcd cannot be reached within ctx.
 func (a *Arbiter) Start(ctx context.Context) error {
-	if err := a.initEpoch(ctx); err != nil {
-		return err
+	for _, c := range a.cells {
+		if err := c.initEpoch(ctx); err != nil {
+			return err
+		}
+		// Quorum may have returned a moment ago, before another arbiter
+		// saw it and wrote its open grace (recovery.go).
+		c.holdOff(c.detectionBound())
+		a.metrics.startCluster(c.name, func() time.Duration { return time.Since(c.epoch.Load().readAt) })
+		a.wg.Add(3)
+		go func() { defer a.wg.Done(); c.refreshEpochLoop(a.bg) }()
+		go func() { defer a.wg.Done(); a.collectLoop(a.bg, c, 15*time.Second) }()
+		go func() { defer a.wg.Done(); a.watchForced(a.bg, c) }()
 	}
-	// Quorum may have returned a moment ago, before another arbiter saw it
-	// and wrote its open grace (recovery.go).
-	a.holdOff(a.detectionBound())
-	a.metrics.startCluster(a.name, func() time.Duration { return time.Since(a.epoch.Load().readAt) })
-	if a.open != nil {
+	if a.home.open != nil {
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); a.postureLoop(a.bg) }()
 	}
-	a.wg.Add(4)
-	go func() { defer a.wg.Done(); a.refreshEpochLoop(a.bg) }()
+	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.watchSessions(a.bg) }()
-	go func() { defer a.wg.Done(); a.watchForced(a.bg) }()
-	go func() { defer a.wg.Done(); a.collectLoop(a.bg, 15*time.Second) }()
 	return nil
 }
 
@@ -331,10 +342,12 @@ func (a *Arbiter) Close() {
 	a.Drain()
 	close(a.closed)
 	a.stop()
-	a.memory.stop()
+	for _, c := range a.cells {
+		c.memory.stop()
+	}
 	a.wg.Wait()
-	if a.open != nil {
-		if err := a.open.sp.Close(); err != nil {
+	if a.home.open != nil {
+		if err := a.home.open.sp.Close(); err != nil {
 			a.log.Warn("spool close failed", "err", err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/class"
 )
 
 // A cell is one etcd cluster and everything the arbiter keeps that is tied
@@ -17,9 +19,13 @@ import (
 // class's tier picks it); nothing in a cell is shared with another, so an
 // incident in one cluster is confined to the keys homed there.
 //
-// The arbiter fronts one cell today, embedded in Arbiter; the policy,
-// operators, quotas (the waiter quota among them), region and the session
-// table stay with the arbiter.
+// The arbiter routes to cells (Arbiter.cellFor, cellOfKey): a grant, a
+// release, a token check, an inspection and a force-release go to the
+// key's cell; force requests live there, beside the hold they name. The
+// home cell (the coord tier's) also keeps the sessions' leases, the epoch
+// operators advance and the open posture. The policy, operators, quotas
+// (the waiter quota among them), region and the session table stay with
+// the arbiter.
 type cell struct {
 	cellConfig
 
@@ -63,14 +69,18 @@ type cell struct {
 
 // cellConfig is what a cell is run with.
 type cellConfig struct {
-	// name is the cluster's, as operators know it.
+	// name is the cluster's, as operators know it; tiers are the tiers
+	// whose keys live in it.
 	name    string
+	tiers   []class.Tier
 	log     *slog.Logger
 	metrics *Metrics
 	// timeout bounds one etcd call; the epoch is re-read every refresh and
 	// is confirmed when read within maxEpochAge.
-	timeout     time.Duration
-	refresh     time.Duration
+	timeout time.Duration
+	refresh time.Duration
+	// poll is how often a broken watch is tried again.
+	poll        time.Duration
 	maxEpochAge time.Duration
 	bootstrap   Bootstrap
 	// monoBase is the base of the monotonic times the cell keeps as

@@ -24,7 +24,7 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.initEpoch(t.Context()); err != nil {
+	if err := a.home.initEpoch(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := b.Client.Grant(t.Context(), 15)
@@ -34,19 +34,19 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 	sess := int64(lease.ID)
 	key := "t/race"
 	h := a.encodeHold("spiffe://t/alice", sess, &class.Class{Namespace: "t", Name: "std"})
-	first, err := a.tryGrant(t.Context(), key, h, sess, linePos{})
+	first, err := a.home.tryGrant(t.Context(), key, h, sess, linePos{})
 	if err != nil || !first.granted {
 		t.Fatalf("grant: %+v %v", first, err)
 	}
 	// The retry's transaction runs in epoch 1 and sees the session's hold.
-	retry, err := a.tryGrant(t.Context(), key, h, sess, linePos{})
+	retry, err := a.home.tryGrant(t.Context(), key, h, sess, linePos{})
 	if err != nil || retry.granted {
 		t.Fatalf("retry: %+v %v", retry, err)
 	}
 	// Then the refresh installs epoch 2 (another arbiter advanced).
-	st := *a.epoch.Load()
+	st := *a.home.epoch.Load()
 	st.epoch, st.modRev = 2, st.modRev+1000
-	a.epoch.Store(&st)
+	a.home.epoch.Store(&st)
 	g, mine, err := a.classify(retry, "spiffe://t/alice", sess)
 	if err != nil || !mine {
 		t.Fatalf("classify: %v mine %v", err, mine)

@@ -30,13 +30,17 @@ type ClusterStatus struct {
 
 // Clusters reports every cluster the arbiter fronts: one per cell.
 func (a *Arbiter) Clusters(ctx context.Context) []ClusterStatus {
-	return []ClusterStatus{a.cell.status(ctx, []class.Tier{class.TierCoord, class.TierEntity})}
+	out := make([]ClusterStatus, 0, len(a.cells))
+	for _, c := range a.cells {
+		out = append(out, c.status(ctx))
+	}
+	return out
 }
 
 // status reads the cell's cluster: its epoch record (linearizably), its
 // sessions and its leader.
-func (c *cell) status(ctx context.Context, tiers []class.Tier) ClusterStatus {
-	cs := ClusterStatus{Name: c.name, Tiers: tiers, Posture: c.posture()}
+func (c *cell) status(ctx context.Context) ClusterStatus {
+	cs := ClusterStatus{Name: c.name, Tiers: c.tiers, Posture: c.posture()}
 	rev, err := c.reloadEpoch(ctx)
 	cs.Epoch = c.epochStatus(rev)
 	if err != nil {

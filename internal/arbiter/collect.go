@@ -8,14 +8,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// collectLoop refreshes the store-wide session and hold gauges. Every
-// arbiter exports the same values; aggregate them with max, not sum.
-func (a *Arbiter) collectLoop(ctx context.Context, every time.Duration) {
+// collectLoop refreshes the store-wide session and hold gauges of cell c.
+// Every arbiter exports the same values; aggregate them with max, not sum.
+func (a *Arbiter) collectLoop(ctx context.Context, c *cell, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := a.collect(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("metrics collection failed", "err", err)
+		if err := a.collect(ctx, c); err != nil && ctx.Err() == nil {
+			a.log.Warn("metrics collection failed", "cluster", c.name, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -25,13 +25,13 @@ func (a *Arbiter) collectLoop(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (a *Arbiter) collect(ctx context.Context) error {
+func (a *Arbiter) collect(ctx context.Context, c *cell) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	counts := map[string]float64{}
 	key, end := sessionPrefix, clientv3.GetPrefixRangeEnd(sessionPrefix)
 	for {
-		resp, err := a.cli.Get(cctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
+		resp, err := c.cli.Get(cctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
 		if err != nil {
 			return storeErr(ctx, err)
 		}
@@ -58,7 +58,7 @@ func (a *Arbiter) collect(ctx context.Context) error {
 	a.metrics.ExpiriesWithoutRelease.WithLabelValues("-")
 	for _, ns := range a.policy.Load().Classes.Namespaces() {
 		a.metrics.ExpiriesWithoutRelease.WithLabelValues(ns)
-		resp, err := a.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := c.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return storeErr(ctx, err)
 		}
@@ -66,7 +66,7 @@ func (a *Arbiter) collect(ctx context.Context) error {
 	}
 	// One read of the grace range: the epoch grace key and the open graces
 	// under it (recovery.go).
-	resp, err := a.cli.Get(cctx, graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := c.cli.Get(cctx, graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return storeErr(ctx, err)
 	}
@@ -78,10 +78,10 @@ func (a *Arbiter) collect(ctx context.Context) error {
 			openGrace = 1
 		}
 	}
-	if a.holdingOff() {
+	if c.holdingOff() {
 		openGrace = 1
 	}
-	a.metrics.graceActive.WithLabelValues(a.name).Set(epochGrace)
-	a.metrics.openGraceActive.WithLabelValues(a.name).Set(openGrace)
+	a.metrics.graceActive.WithLabelValues(c.name).Set(epochGrace)
+	a.metrics.openGraceActive.WithLabelValues(c.name).Set(openGrace)
 	return nil
 }

@@ -98,8 +98,8 @@ func TestNewDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if a.timeout != 5*time.Second || a.poll != time.Second || a.refresh != time.Second || a.maxEpochAge != 3*time.Second {
-		t.Errorf("timeout %s poll %s refresh %s max epoch age %s", a.timeout, a.poll, a.refresh, a.maxEpochAge)
+	if a.home.timeout != 5*time.Second || a.home.poll != time.Second || a.home.refresh != time.Second || a.home.maxEpochAge != 3*time.Second {
+		t.Errorf("timeout %s poll %s refresh %s max epoch age %s", a.home.timeout, a.home.poll, a.home.refresh, a.home.maxEpochAge)
 	}
 	if a.maxSess != DefaultMaxSessionsPerIdentity || a.waiters.max != DefaultMaxWaitersPerIdentity ||
 		a.validate.rate != DefaultValidateRate || a.validate.burst != DefaultValidateBurst {

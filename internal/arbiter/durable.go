@@ -91,7 +91,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 		return Grant{}, a.sessionGone(req.Session, err)
 	}
 	if att.granted {
-		return a.releaseIfGone(ctx, req, att.grant)
+		return c.releaseIfGone(ctx, req, att.grant)
 	}
 	if att.own != nil {
 		d.pos = linePos{qk: d.qk, rev: att.own.CreateRevision}
@@ -109,11 +109,11 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 				return Grant{}, a.sessionGone(req.Session, err)
 			}
 			if att.granted {
-				return a.releaseIfGone(ctx, req, att.grant)
+				return c.releaseIfGone(ctx, req, att.grant)
 			}
 		}
 		if g, held := d.leave(); held {
-			return a.releaseIfGone(ctx, req, g) // handed over just now
+			return c.releaseIfGone(ctx, req, g) // handed over just now
 		}
 		if att.grace != nil {
 			return Grant{}, att.grace
@@ -239,7 +239,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 		case err != nil:
 			return d.quit(ctx, a.sessionGone(d.req.Session, err))
 		case att.granted:
-			return a.releaseIfGone(ctx, d.req, att.grant)
+			return c.releaseIfGone(ctx, d.req, att.grant)
 		default:
 			if g, mine, err := a.classify(att, d.req.Caller.String(), d.req.Session); mine || err != nil {
 				// Mine: a release handed the key over (or an earlier
@@ -247,7 +247,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 				if err != nil {
 					return d.quit(ctx, err)
 				}
-				return a.releaseIfGone(ctx, d.req, g)
+				return c.releaseIfGone(ctx, d.req, g)
 			}
 			d.grace = att.grace
 			if !ownAt(att.own, d.pos.rev) {
@@ -293,12 +293,12 @@ func (d *durable) pause(ctx context.Context, dl *time.Timer) (g Grant, err error
 	defer poll.Stop()
 	select {
 	case g := <-d.handed:
-		g, err := a.releaseIfGone(ctx, d.req, g)
+		g, err := d.c.releaseIfGone(ctx, d.req, g)
 		return g, err, true
 	case <-d.wake:
 		select {
 		case g := <-d.handed: // both came: the grant first
-			g, err := a.releaseIfGone(ctx, d.req, g)
+			g, err := d.c.releaseIfGone(ctx, d.req, g)
 			return g, err, true
 		default:
 		}
@@ -330,7 +330,7 @@ func (d *durable) quit(ctx context.Context, err error) (Grant, error) {
 		return Grant{}, err
 	}
 	if errors.Is(err, ErrWaitTimeout) || errors.Is(err, ErrEpochGrace) {
-		return d.a.releaseIfGone(ctx, d.req, g)
+		return d.c.releaseIfGone(ctx, d.req, g)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.c.timeout)
 	defer cancel()

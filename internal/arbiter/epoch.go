@@ -397,15 +397,16 @@ func (c *cell) confirmedEpoch(ctx context.Context) (*epochState, error) {
 
 // Sealed reports whether the arbiter refuses grants because the store was
 // restored, rebuilt or is behind.
-func (a *Arbiter) Sealed() bool { return a.epoch.Load().sealed }
+func (a *Arbiter) Sealed() bool { return a.home.epoch.Load().sealed }
 
 // EpochStatus reads the epoch record and the store's cluster ID now.
 func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
-	rev, err := a.reloadEpoch(ctx)
+	c := a.home
+	rev, err := c.reloadEpoch(ctx)
 	if err != nil {
 		return EpochStatus{}, err
 	}
-	return a.epochStatus(rev), nil
+	return c.epochStatus(rev), nil
 }
 
 func (c *cell) epochStatus(rev int64) EpochStatus {
@@ -456,6 +457,7 @@ func (c *cell) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
 // must approve it (ApproveEpochAdvance) within ForceRequestTTL. The target
 // must be above every epoch this arbiter knows of.
 func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Caller, from, to uint32, reason string) (EpochRequest, error) {
+	c := a.home
 	if !a.IsOperator(caller) {
 		return EpochRequest{}, ErrNotOperator
 	}
@@ -466,22 +468,22 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 	if to == 0 {
 		if from == 0 {
 			return EpochRequest{}, fmt.Errorf("%w: to_epoch: required when the store has no epoch record (from 0): "+
-				"state an epoch above every epoch issued before (at least %d)", ErrInvalid, a.highestEpoch()+1)
+				"state an epoch above every epoch issued before (at least %d)", ErrInvalid, c.highestEpoch()+1)
 		}
 		to = from + 1
 	}
 	if to <= from {
 		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above from_epoch %d", ErrInvalid, to, from)
 	}
-	if h := a.highestEpoch(); to <= h {
+	if h := c.highestEpoch(); to <= h {
 		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above %d, the highest epoch this lockd has seen", ErrInvalid, to, h)
 	}
 	if to > token.MaxEpoch {
 		return EpochRequest{}, fmt.Errorf("%w: epoch %d is past the last one (%d)", ErrEpochExhausted, to, token.MaxEpoch)
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	cur, err := a.readEpochRecord(cctx)
+	cur, err := c.readEpochRecord(cctx)
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
@@ -489,12 +491,12 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, from)
 	}
 	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
-	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
+	lease, err := c.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	b, _ := json.Marshal(req)
-	if _, err := a.admin.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := c.admin.Put(cctx, epochRequestPrefix+req.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
@@ -520,6 +522,7 @@ type EpochAdvance struct {
 // afterwards is greater than every token granted before, whatever revision
 // the store restarted from.
 func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Caller, id string) (EpochAdvance, error) {
+	c := a.home
 	if !a.IsOperator(caller) {
 		return EpochAdvance{}, ErrNotOperator
 	}
@@ -527,9 +530,9 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Calle
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return EpochAdvance{}, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	got, err := a.admin.Get(cctx, epochRequestPrefix+id)
+	got, err := c.admin.Get(cctx, epochRequestPrefix+id)
 	if err != nil {
 		return EpochAdvance{}, storeErr(ctx, err)
 	}
@@ -556,17 +559,18 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Calle
 }
 
 func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequest, reqRev int64) (EpochAdvance, error) {
+	c := a.home
 	adv := EpochAdvance{Request: req}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	cur, err := a.readEpochRecord(cctx)
+	cur, err := c.readEpochRecord(cctx)
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
 	if cur.epoch != req.From {
 		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, req.From)
 	}
-	if h := a.highestEpoch(); req.To <= h {
+	if h := c.highestEpoch(); req.To <= h {
 		return adv, fmt.Errorf("%w: the request moves to epoch %d, not above %d, the highest this lockd has seen; request again", ErrEpochMoved, req.To, h)
 	}
 	newID := cur.header.ClusterId
@@ -582,8 +586,8 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
-	adv.Grace = a.maxEpochAge + a.timeout + longest + time.Second
-	lease, err := a.cli.Grant(cctx, int64((adv.Grace+time.Second-1)/time.Second))
+	adv.Grace = c.maxEpochAge + c.timeout + longest + time.Second
+	lease, err := c.cli.Grant(cctx, int64((adv.Grace+time.Second-1)/time.Second))
 	if err != nil {
 		return adv, storeErr(ctx, err)
 	}
@@ -591,7 +595,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	if req.From == 0 {
 		recordCmp = clientv3.Compare(clientv3.CreateRevision(epochKey), "=", 0)
 	}
-	resp, err := a.admin.Txn(cctx).
+	resp, err := c.admin.Txn(cctx).
 		If(recordCmp, clientv3.Compare(clientv3.ModRevision(epochRequestPrefix+req.ID), "=", reqRev)).
 		Then(
 			clientv3.OpPut(epochKey, encodeEpoch(req.To, newID)),
@@ -607,7 +611,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 		return adv, fmt.Errorf("%w: the epoch record or the request changed during the advance", ErrEpochMoved)
 	}
 	adv.HoldsDeleted = resp.Responses[1].GetResponseDeleteRange().Deleted
-	a.metrics.graceActive.WithLabelValues(a.name).Set(1) // until the next collection finds the key gone
+	a.metrics.graceActive.WithLabelValues(c.name).Set(1) // until the next collection finds the key gone
 	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
 		"cluster_id", hexID(newID), "holds_deleted", adv.HoldsDeleted, "reason", req.Reason, "grants_resume_in", adv.Grace)
 	if resp.Header.ClusterId != newID {
@@ -619,10 +623,10 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	}
 	// The advance committed: report it even if reading the new state back
 	// fails; the refresh loop will pick it up.
-	adv.Status = a.epochStatus(resp.Header.Revision)
+	adv.Status = c.epochStatus(resp.Header.Revision)
 	adv.Status.Epoch, adv.Status.RecordClusterID = req.To, newID
-	if rev, err := a.reloadEpoch(ctx); err == nil {
-		adv.Status = a.epochStatus(rev)
+	if rev, err := c.reloadEpoch(ctx); err == nil {
+		adv.Status = c.epochStatus(rev)
 	} else {
 		a.log.Warn("epoch advanced; reading it back failed (the refresh will)", "err", err)
 	}
@@ -634,10 +638,11 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 // session this arbiter has seen, and the longest its state file recorded
 // (sessions of a store since lost).
 func (a *Arbiter) longestSessionTTL(ctx context.Context) (time.Duration, error) {
-	longest := max(a.policy.Load().Classes.MaxTTL(), time.Duration(a.floor.MaxSessionTTL)*time.Second, a.seenTTL())
+	c := a.home
+	longest := max(a.policy.Load().Classes.MaxTTL(), time.Duration(c.floor.MaxSessionTTL)*time.Second, c.seenTTL())
 	key, end := sessionPrefix, clientv3.GetPrefixRangeEnd(sessionPrefix)
 	for {
-		resp, err := a.cli.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
+		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(5000))
 		if err != nil {
 			return 0, err
 		}
@@ -663,13 +668,14 @@ func (c *cell) seenTTL() time.Duration {
 // not sealed, or it is in its open posture with a class open on quorum loss
 // to grant (unprotected).
 func (a *Arbiter) Ready(ctx context.Context) error {
+	c := a.home
 	if a.servesOpen() {
 		return nil // without quorum, but serving the classes open on quorum loss
 	}
-	if _, err := a.reloadEpoch(ctx); err != nil {
+	if _, err := c.reloadEpoch(ctx); err != nil {
 		return err
 	}
-	if st := a.epoch.Load(); st.sealed {
+	if st := c.epoch.Load(); st.sealed {
 		return sealedErr(st)
 	}
 	return nil

@@ -59,9 +59,9 @@ func TestEpochStateNeverGoesBackAndStaysSealed(t *testing.T) {
 // TestResponseWithoutHeaderFailsClosed: a response with no header can
 // neither grant nor confirm anything.
 func TestResponseWithoutHeaderFailsClosed(t *testing.T) {
-	a := &Arbiter{cell: &cell{cellConfig: cellConfig{metrics: NewMetrics(nil, nil), log: slog.New(slog.DiscardHandler)}}, metrics: NewMetrics(nil, nil)}
-	a.epoch.Store(&epochState{epoch: 1, clusterID: 0xa, store: 0xa})
-	if _, err := a.checkHeader(nil); err == nil {
+	a := &Arbiter{home: &cell{cellConfig: cellConfig{metrics: NewMetrics(nil, nil), log: slog.New(slog.DiscardHandler)}}, metrics: NewMetrics(nil, nil)}
+	a.home.epoch.Store(&epochState{epoch: 1, clusterID: 0xa, store: 0xa})
+	if _, err := a.home.checkHeader(nil); err == nil {
 		t.Fatal("checkHeader(nil) passed")
 	}
 	if _, err := observe(nil, nil, time.Now()); err == nil {

@@ -65,6 +65,7 @@ func newForceID() string {
 // force. Only operators may ask; the reason is required. The request
 // remembers the hold's revision: approval releases that hold and no other.
 func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Caller, key, reason string, revokeSession bool) (ForceRelease, error) {
+	c := a.cellOfKey(key)
 	if !a.IsOperator(caller) {
 		return ForceRelease{}, ErrNotOperator
 	}
@@ -78,13 +79,13 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Calle
 	if err := a.homeCheck(key); err != nil {
 		return ForceRelease{}, err
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.admin.Get(cctx, holdKey(key))
+	resp, err := c.admin.Get(cctx, holdKey(key))
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil {
+	if _, err := c.checkHeader(resp.Header); err != nil {
 		return ForceRelease{}, err
 	}
 	if len(resp.Kvs) == 0 {
@@ -99,12 +100,12 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Calle
 	fr := ForceRelease{ID: newForceID(), Key: key, Holder: h.Identity, Session: kv.Lease, HoldRevision: kv.ModRevision,
 		HoldAcquired: time.Unix(0, h.AcquiredAt), Class: h.Class, Enforcement: a.enforcementOf(h.Class),
 		Requester: who, Reason: reason, RevokeSession: revokeSession, RequestedAt: now, ExpiresAt: now.Add(ForceRequestTTL)}
-	lease, err := a.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
+	lease, err := c.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
 	}
 	b, _ := json.Marshal(fr)
-	if _, err := a.admin.Put(cctx, forceRequestPrefix+fr.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := c.admin.Put(cctx, forceRequestPrefix+fr.ID, string(b), clientv3.WithLease(lease.ID)); err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
 	}
 	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(key), "requested").Inc()
@@ -127,24 +128,29 @@ func (a *Arbiter) enforcementOf(ref string) string {
 	return string(c.Enforcement)
 }
 
-func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64, error) {
+// getForce finds request id in the cell of its key (a request lives with
+// the hold it names, so approving it is one transaction there).
+func (a *Arbiter) getForce(ctx context.Context, id string) (ForceRelease, int64, *cell, error) {
 	if id == "" || strings.ContainsAny(id, "/\x00") {
-		return ForceRelease{}, 0, fmt.Errorf("%w: id: must be a request id from RequestForceRelease", ErrInvalid)
+		return ForceRelease{}, 0, nil, fmt.Errorf("%w: id: must be a request id from RequestForceRelease", ErrInvalid)
 	}
-	cctx, cancel := a.callCtx(ctx)
-	defer cancel()
-	resp, err := a.admin.Get(cctx, forceRequestPrefix+id)
-	if err != nil {
-		return ForceRelease{}, 0, storeErr(ctx, err)
+	for _, c := range a.cells {
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := c.admin.Get(cctx, forceRequestPrefix+id)
+		cancel()
+		if err != nil {
+			return ForceRelease{}, 0, nil, storeErr(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		var fr ForceRelease
+		if err := json.Unmarshal(resp.Kvs[0].Value, &fr); err != nil {
+			return ForceRelease{}, 0, nil, fmt.Errorf("%w: force request %s: %v", ErrInternal, id, err)
+		}
+		return fr, resp.Kvs[0].ModRevision, c, nil
 	}
-	if len(resp.Kvs) == 0 {
-		return ForceRelease{}, 0, fmt.Errorf("%w: %s", ErrForceNotFound, id)
-	}
-	var fr ForceRelease
-	if err := json.Unmarshal(resp.Kvs[0].Value, &fr); err != nil {
-		return ForceRelease{}, 0, fmt.Errorf("%w: force request %s: %v", ErrInternal, id, err)
-	}
-	return fr, resp.Kvs[0].ModRevision, nil
+	return ForceRelease{}, 0, nil, fmt.Errorf("%w: %s", ErrForceNotFound, id)
 }
 
 // ForceApproval is the outcome of ApproveForceRelease.
@@ -166,7 +172,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		return ForceApproval{}, ErrNotOperator
 	}
 	who := caller.String()
-	fr, reqRev, err := a.getForce(ctx, id)
+	fr, reqRev, c, err := a.getForce(ctx, id)
 	if err != nil {
 		return ForceApproval{}, err
 	}
@@ -175,9 +181,9 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		a.metrics.forceReleases.WithLabelValues(ns, "refused").Inc()
 		return ForceApproval{ForceRelease: fr}, ErrSamePerson
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	lease, err := a.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
+	lease, err := c.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
 	if err != nil {
 		return ForceApproval{}, storeErr(ctx, err)
 	}
@@ -185,7 +191,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 	b, _ := json.Marshal(rec)
 	recKey := forceRecordPrefix + fr.ID
 	hk := holdKey(fr.Key)
-	resp, err := a.admin.Txn(cctx).If(
+	resp, err := c.admin.Txn(cctx).If(
 		clientv3.Compare(clientv3.ModRevision(hk), "=", fr.HoldRevision),
 		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(fr.Session)),
 		clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+fr.ID), "=", reqRev),
@@ -206,12 +212,12 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision,
 		Requester: fr.Requester, Approver: who, Reason: fr.Reason}, time.Now())
 	if fr.RevokeSession {
-		if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
+		if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
 			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
 		}
 		a.forgetSession(fr.Session)
 	}
-	a.memory.wakeHead(fr.Key)
+	c.memory.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()
 	a.log.Warn("force-release approved", "id", fr.ID, "key", fr.Key, "holder", fr.Holder, "class", fr.Class,
 		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,
@@ -226,13 +232,13 @@ func (a *Arbiter) DenyForceRelease(ctx context.Context, caller identity.Caller, 
 		return ForceRelease{}, ErrNotOperator
 	}
 	who := caller.String()
-	fr, reqRev, err := a.getForce(ctx, id)
+	fr, reqRev, c, err := a.getForce(ctx, id)
 	if err != nil {
 		return ForceRelease{}, err
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.admin.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+id), "=", reqRev)).
+	resp, err := c.admin.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+id), "=", reqRev)).
 		Then(clientv3.OpDelete(forceRequestPrefix + id)).Commit()
 	if err != nil {
 		return ForceRelease{}, storeErr(ctx, err)
@@ -250,19 +256,21 @@ func (a *Arbiter) ListForceReleases(ctx context.Context, caller identity.Caller)
 	if !a.IsOperator(caller) {
 		return nil, ErrNotOperator
 	}
-	cctx, cancel := a.callCtx(ctx)
-	defer cancel()
-	resp, err := a.admin.Get(cctx, forceRequestPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, storeErr(ctx, err)
-	}
-	out := make([]ForceRelease, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var fr ForceRelease
-		if err := json.Unmarshal(kv.Value, &fr); err != nil {
-			return nil, fmt.Errorf("%w: force request %s: %v", ErrInternal, kv.Key, err)
+	var out []ForceRelease
+	for _, c := range a.cells {
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := c.admin.Get(cctx, forceRequestPrefix, clientv3.WithPrefix())
+		cancel()
+		if err != nil {
+			return nil, storeErr(ctx, err)
 		}
-		out = append(out, fr)
+		for _, kv := range resp.Kvs {
+			var fr ForceRelease
+			if err := json.Unmarshal(kv.Value, &fr); err != nil {
+				return nil, fmt.Errorf("%w: force request %s: %v", ErrInternal, kv.Key, err)
+			}
+			out = append(out, fr)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].RequestedAt.Before(out[j].RequestedAt) })
 	return out, nil

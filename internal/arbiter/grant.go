@@ -552,14 +552,14 @@ func sessionTTLFits(sess *sessionInfo, cls *class.Class, id int64) error {
 // releaseIfGone returns g to the caller, or, when the caller has gone
 // (its context ended while the grant was in flight), releases it so that
 // no hold is left that nobody knows about.
-func (a *Arbiter) releaseIfGone(ctx context.Context, req AcquireRequest, g Grant) (Grant, error) {
+func (c *cell) releaseIfGone(ctx context.Context, req AcquireRequest, g Grant) (Grant, error) {
 	if ctx.Err() == nil {
 		return g, nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	if _, err := a.release(rctx, req.Session, req.Key, g.Token); err != nil {
-		a.log.Warn("could not release a grant whose caller left; it ends with its session", "session", req.Session, "err", err)
+	if _, err := c.release(rctx, req.Session, req.Key, g.Token); err != nil {
+		c.log.Warn("could not release a grant whose caller left; it ends with its session", "session", req.Session, "err", err)
 	}
 	return Grant{}, ctx.Err()
 }
@@ -594,13 +594,13 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 	if err := a.homeCheck(key); err != nil {
 		return false, err
 	}
-	if isLocal(session) && a.open != nil {
+	if isLocal(session) && a.home.open != nil {
 		return a.releaseOpen(who, session, key, tok)
 	}
 	if _, err := a.session(ctx, who, session); err != nil {
 		return false, err
 	}
-	return a.release(ctx, session, key, tok)
+	return a.cellOfKey(key).release(ctx, session, key, tok)
 }
 
 // release is Release after the caller's checks.

@@ -102,8 +102,8 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 		return Inspection{}, err
 	}
 	// A key no class owns cannot be locked; a hold of it is from before a
-	// class change, read from the arbiter's one cell.
-	in, c := Inspection{}, a.cell
+	// class change, read from the home cell.
+	in, c := Inspection{}, a.home
 	if cls, ok := a.policy.Load().Classes.Owner(key); ok {
 		in.Class, in.Tier, c = cls.Ref(), string(cls.Tier), a.cellFor(cls)
 	}
@@ -131,8 +131,8 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	}
 	in.Queue = append(line, c.memory.queueInfo(key, h.Session, len(line))...)
 	in.Held, in.Hold = true, HoldInfo{Key: key, Waiters: len(in.Queue)}
-	a.fillHold(&in.Hold, caller, h, holds[0].ModRevision)
-	if in.Hold.SessionTTLLeft, err = a.ttlLeft(ctx, holds[0].Lease); err != nil {
+	a.fillHold(&in.Hold, caller, c, h, holds[0].ModRevision)
+	if in.Hold.SessionTTLLeft, err = c.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
 	}
 	return in, nil
@@ -162,13 +162,13 @@ func (a *Arbiter) lineInfo(kvs []*mvccpb.KeyValue) []WaiterInfo {
 
 // ttlLeft is the remaining TTL of lease by the store's clock, zero when the
 // lease is gone (the hold goes with it).
-func (a *Arbiter) ttlLeft(ctx context.Context, lease int64) (time.Duration, error) {
+func (c *cell) ttlLeft(ctx context.Context, lease int64) (time.Duration, error) {
 	if lease == 0 {
 		return 0, nil
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.TimeToLive(cctx, clientv3.LeaseID(lease))
+	resp, err := c.cli.TimeToLive(cctx, clientv3.LeaseID(lease))
 	if isLeaseNotFound(err) {
 		return 0, nil
 	}
@@ -178,12 +178,13 @@ func (a *Arbiter) ttlLeft(ctx context.Context, lease int64) (time.Duration, erro
 	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
 }
 
-func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, h holdRecord, modRev int64) {
+// fillHold describes hold h of cell c; an operator sees its token.
+func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, c *cell, h holdRecord, modRev int64) {
 	info.Holder, info.Session, info.Class = h.Identity, h.Session, h.Class
 	info.AcquiredAt = time.Unix(0, h.AcquiredAt)
 	info.Age = a.now().Sub(info.AcquiredAt)
 	if a.IsOperator(caller) {
-		st := a.epoch.Load()
+		st := c.epoch.Load()
 		if tok, err := token.Pack(st.epoch, modRev); err == nil {
 			info.Token, info.Epoch, info.Revision = tok, st.epoch, modRev
 		}
@@ -214,20 +215,39 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 		limit = 1000
 	}
 	var out []HoldInfo
+	for _, c := range a.cells {
+		hs, err := a.listHoldsIn(ctx, c, caller, prefix, limit)
+		if err != nil {
+			return HoldList{}, err
+		}
+		out = append(out, hs...)
+	}
+	slices.SortFunc(out, func(x, y HoldInfo) int { return strings.Compare(x.Key, y.Key) })
+	truncated := len(out) > limit
+	if truncated {
+		out = out[:limit]
+	}
+	return HoldList{Holds: out, Truncated: truncated}, nil
+}
+
+// listHoldsIn lists at most limit+1 holds under prefix in cell c that the
+// caller may see, read at one revision.
+func (a *Arbiter) listHoldsIn(ctx context.Context, c *cell, caller identity.Caller, prefix string, limit int) ([]HoldInfo, error) {
+	var out []HoldInfo
 	key, end, rev := holdKey(prefix), clientv3.GetPrefixRangeEnd(holdKey(prefix)), int64(0)
 	for len(out) <= limit {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit) + 1)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev)) // every page at one revision
 		}
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Get(cctx, key, opts...)
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := c.cli.Get(cctx, key, opts...)
 		cancel()
 		if err != nil {
-			return HoldList{}, storeErr(ctx, err)
+			return nil, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
-			return HoldList{}, err
+		if _, err := c.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
+			return nil, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -237,10 +257,10 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 			}
 			h, err := decodeHold(kv)
 			if err != nil {
-				return HoldList{}, err
+				return nil, err
 			}
-			info := HoldInfo{Key: k, Waiters: a.QueueLen(k)}
-			a.fillHold(&info, caller, h, kv.ModRevision)
+			info := HoldInfo{Key: k, Waiters: c.memory.len(k) + c.durables.len(k)}
+			a.fillHold(&info, caller, c, h, kv.ModRevision)
 			out = append(out, info)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -248,11 +268,7 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	truncated := len(out) > limit
-	if truncated {
-		out = out[:limit]
-	}
-	return HoldList{Holds: out, Truncated: truncated}, nil
+	return out, nil
 }
 
 // ListSessions lists the caller's sessions, or every session for an
@@ -260,9 +276,10 @@ func (a *Arbiter) ListHolds(ctx context.Context, caller identity.Caller, prefix 
 // and hold prefixes: an operator tool, not a hot path.
 func (a *Arbiter) ListSessions(ctx context.Context, caller identity.Caller) ([]SessionInfo, error) {
 	who := caller.String()
-	cctx, cancel := a.callCtx(ctx)
+	home := a.home // sessions' leases are the home cell's
+	cctx, cancel := home.callCtx(ctx)
 	defer cancel()
-	sresp, err := a.cli.Get(cctx, sessionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(10000))
+	sresp, err := home.cli.Get(cctx, sessionPrefix, clientv3.WithPrefix(), clientv3.WithLimit(10000))
 	if err != nil {
 		return nil, storeErr(ctx, err)
 	}
@@ -286,17 +303,19 @@ func (a *Arbiter) ListSessions(ctx context.Context, caller identity.Caller) ([]S
 		byID[s.id] = si
 		out = append(out, si)
 	}
-	hresp, err := a.cli.Get(cctx, holdPrefix, clientv3.WithPrefix(), clientv3.WithLimit(100000))
-	if err != nil {
-		return nil, storeErr(ctx, err)
-	}
-	for _, kv := range hresp.Kvs {
-		if si := byID[kv.Lease]; si != nil {
-			si.Holds++
+	for _, c := range a.cells {
+		hresp, err := c.cli.Get(cctx, holdPrefix, clientv3.WithPrefix(), clientv3.WithLimit(100000))
+		if err != nil {
+			return nil, storeErr(ctx, err)
+		}
+		for _, kv := range hresp.Kvs {
+			if si := byID[kv.Lease]; si != nil {
+				si.Holds++
+			}
 		}
 	}
 	for _, si := range out {
-		ttl, err := a.cli.TimeToLive(cctx, clientv3.LeaseID(si.ID))
+		ttl, err := home.cli.TimeToLive(cctx, clientv3.LeaseID(si.ID))
 		if err == nil && ttl.TTL > 0 {
 			si.Remaining = time.Duration(ttl.TTL) * time.Second
 		}

@@ -40,7 +40,7 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.initEpoch(t.Context()); err != nil {
+	if err := a.home.initEpoch(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := b.Client.Grant(t.Context(), 15)
@@ -50,7 +50,7 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 	sess, key := int64(lease.ID), "t/d/k"
 	caller := identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/alice"}
 	cls := &class.Class{Namespace: "t", Name: "fifo", Fairness: class.FairnessDurable}
-	if att, err := a.tryGrant(t.Context(), key, a.encodeHold(caller.String(), sess, cls), sess, linePos{}); err != nil || !att.granted {
+	if att, err := a.home.tryGrant(t.Context(), key, a.encodeHold(caller.String(), sess, cls), sess, linePos{}); err != nil || !att.granted {
 		t.Fatalf("grant: %+v %v", att, err)
 	}
 
@@ -92,11 +92,11 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 	if a.Sealed() {
 		t.Fatal("sealed before any answer from the restored store: the test proves nothing")
 	}
-	a.cli = b2.Client // the restored cluster answers from here on
+	a.home.cli = b2.Client // the restored cluster answers from here on
 
 	// A waiter of the session, in line at a place the restored store does
 	// not have, leaves as its deadline passes.
-	d := &durable{a: a, c: a.cell, req: AcquireRequest{Caller: caller, Session: sess, Key: key}, cls: cls,
+	d := &durable{a: a, c: a.home, req: AcquireRequest{Caller: caller, Session: sess, Key: key}, cls: cls,
 		qk: keyspace.QueueKey(key, sess), pos: linePos{qk: keyspace.QueueKey(key, sess), rev: 1}}
 	if g, held := d.leave(); held {
 		t.Fatalf("the leaving waiter was handed token %d, a hold read from a restored store", g.Token)

@@ -42,5 +42,14 @@ func (c *cell) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
 // cell serves every tier until sessions span cells; lockd refuses a
 // topology that splits them (internal/cmd/lockd/topology.go).
 func (a *Arbiter) cellFor(*class.Class) *cell {
-	return a.cell
+	return a.home
+}
+
+// cellOfKey is the cell key lives in: its class's (cellFor). A key no
+// class owns cannot be held; it is looked up in the home cell.
+func (a *Arbiter) cellOfKey(key string) *cell {
+	if cls, ok := a.policy.Load().Classes.Owner(key); ok {
+		return a.cellFor(cls)
+	}
+	return a.home
 }

@@ -127,7 +127,7 @@ func isLocal(id int64) bool { return id < 0 }
 
 // Posture reports "quorum", "open" or "recovering" ("quorum" without a
 // spool), for status pages and tests.
-func (a *Arbiter) Posture() string { return a.posture() }
+func (a *Arbiter) Posture() string { return a.home.posture() }
 
 // posture is the cell's posture's name.
 func (c *cell) posture() string {
@@ -167,7 +167,7 @@ func (c *cell) noteEpochRead(err error) {
 
 // postureLoop moves the posture with the age of the last epoch read.
 func (a *Arbiter) postureLoop(ctx context.Context) {
-	tick := time.NewTicker(max(a.refresh/2, 100*time.Millisecond))
+	tick := time.NewTicker(max(a.home.refresh/2, 100*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -180,13 +180,13 @@ func (a *Arbiter) postureLoop(ctx context.Context) {
 }
 
 func (a *Arbiter) stepPosture(ctx context.Context) {
-	o := a.open
+	o := a.home.open
 	// Quorum is back once a read has succeeded since the failures began
 	// (which clears them), not merely when the last good read is recent:
 	// failures that come fast could open the posture within maxEpochAge of
 	// that read, and it would flap.
-	age := a.noQuorumFor()
-	fresh := age == 0 && time.Since(a.epoch.Load().readAt) <= a.maxEpochAge
+	age := a.home.noQuorumFor()
+	fresh := age == 0 && time.Since(a.home.epoch.Load().readAt) <= a.home.maxEpochAge
 	o.mu.Lock()
 	p, unshipped := o.load(), o.unshipped
 	switch {
@@ -194,7 +194,7 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 		o.set(postureOpen)
 		o.signalLocked()
 		o.mu.Unlock()
-		a.metrics.openPosture.WithLabelValues(a.name).Set(1)
+		a.metrics.openPosture.WithLabelValues(a.home.name).Set(1)
 		a.log.Warn("no etcd quorum: open posture on; classes with onQuorumLoss: open are granted from memory, unprotected (token 0), and spooled; closed classes are refused",
 			"no_quorum_for", age.Round(time.Millisecond).String(), "open_after", o.after.String(), "arbiter", o.id)
 		return
@@ -229,7 +229,7 @@ func (a *Arbiter) stepPosture(ctx context.Context) {
 		o.unshipped = false
 		o.signalLocked()
 		o.mu.Unlock()
-		a.metrics.openPosture.WithLabelValues(a.name).Set(0)
+		a.metrics.openPosture.WithLabelValues(a.home.name).Set(0)
 		if n > 0 || p == postureRecovering {
 			a.log.Info("unprotected grants shipped to the history; normal grants resume", "shipped", n, "arbiter", o.id)
 		}
@@ -249,11 +249,11 @@ func (a *Arbiter) openSessionLocal(who, ns string, ttl time.Duration) (int64, er
 			break
 		}
 	}
-	a.noteTTL(ttl)
-	a.open.mu.Lock()
-	a.open.localOpened++
-	a.open.maxLocalTTL = max(a.open.maxLocalTTL, ttl)
-	a.open.mu.Unlock()
+	a.home.noteTTL(ttl)
+	a.home.open.mu.Lock()
+	a.home.open.localOpened++
+	a.home.open.maxLocalTTL = max(a.home.open.maxLocalTTL, ttl)
+	a.home.open.mu.Unlock()
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
 	a.log.Warn("local session opened without quorum (its holds are unprotected and end when quorum returns)", "session", info.id, "identity", who, "ttl", ttl.String())
 	return info.id, nil
@@ -267,7 +267,7 @@ func (a *Arbiter) keepLocal(s *sessionInfo) (*KeepAliveAnswer, error) {
 		return nil, ErrSessionNotFound
 	}
 	s.lastKA.Store(a.now().UnixNano())
-	return &KeepAliveAnswer{Session: s.id, TTL: s.ttl, Epoch: a.epoch.Load().epoch}, nil
+	return &KeepAliveAnswer{Session: s.id, TTL: s.ttl, Epoch: a.home.epoch.Load().epoch}, nil
 }
 
 // servesOpen reports whether the arbiter is in its open posture with a
@@ -289,10 +289,10 @@ func (a *Arbiter) servesOpen() bool {
 // openPosture reports whether the arbiter grants open classes from memory
 // now.
 func (a *Arbiter) openPosture() bool {
-	if a.open == nil {
+	if a.home.open == nil {
 		return false
 	}
-	return a.open.load() == postureOpen
+	return a.home.open.load() == postureOpen
 }
 
 // localExpired reports whether a local session has gone a TTL without a
@@ -315,7 +315,7 @@ func (a *Arbiter) expireLocalSessions() {
 // for spool appends in flight, so that every grant answered is in the
 // spool that is shipped next.
 func (a *Arbiter) endLocalSessions() {
-	o := a.open
+	o := a.home.open
 	for {
 		o.mu.Lock()
 		if o.appends == 0 {
@@ -342,7 +342,7 @@ func (a *Arbiter) endLocalSessions() {
 // dropLocalSession ends a local session and its unprotected holds.
 func (a *Arbiter) dropLocalSession(id int64) {
 	a.forgetSession(id)
-	o := a.open
+	o := a.home.open
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for k, h := range o.holds {
@@ -380,7 +380,7 @@ func (o *openState) serves(req AcquireRequest, cls *class.Class) (bool, error) {
 	switch {
 	case p == postureOpen && !open:
 		return false, fmt.Errorf("%w: no etcd quorum for %s; class %s is closed on quorum loss, so nothing is granted until quorum returns",
-			ErrUnavailable, o.a.noQuorumFor().Round(time.Second), ref)
+			ErrUnavailable, o.a.home.noQuorumFor().Round(time.Second), ref)
 	case p == postureOpen && !isLocal(req.Session):
 		return false, fmt.Errorf("%w (class %s; session %d was opened in etcd)", ErrNoQuorumSession, ref, req.Session)
 	case p == postureOpen:
@@ -460,7 +460,7 @@ func (o *openState) acquire(ctx context.Context, req AcquireRequest, cls *class.
 // spoolGrant appends a reserved hold to the spool and answers it, or gives
 // the reservation up when the append fails: nothing unrecorded is granted.
 func (a *Arbiter) spoolGrant(req AcquireRequest, cls *class.Class, h *openHold) (Grant, error) {
-	o := a.open
+	o := a.home.open
 	rec, _ := json.Marshal(keyspace.Unprotected{Arbiter: o.id, Key: req.Key, Class: cls.Ref(),
 		Identity: h.identity, Session: h.session, AcquiredAt: h.at.UnixNano(), TTL: int64(cls.TTL / time.Second)})
 	seq, err := o.sp.Append(rec)
@@ -480,7 +480,7 @@ func (a *Arbiter) spoolGrant(req AcquireRequest, cls *class.Class, h *openHold) 
 }
 
 func (a *Arbiter) openGrant(h *openHold) Grant {
-	return Grant{AcquiredAt: h.at, Unprotected: true, Arbiter: a.open.id, SpoolSeq: h.seq, Class: h.class}
+	return Grant{AcquiredAt: h.at, Unprotected: true, Arbiter: a.home.open.id, SpoolSeq: h.seq, Class: h.class}
 }
 
 // releaseOpen ends an unprotected hold of a local session.
@@ -488,7 +488,7 @@ func (a *Arbiter) releaseOpen(caller string, session int64, key string, tok uint
 	if _, err := a.localSession(caller, session); err != nil {
 		return false, err
 	}
-	o := a.open
+	o := a.home.open
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h := o.holds[key]
@@ -512,7 +512,7 @@ const shipBatch = 64
 // Two grants of one lock key never share a batch, so each is its own
 // history row (a row is one key at one revision).
 func (a *Arbiter) shipSpool(ctx context.Context) (int, error) {
-	o := a.open
+	o := a.home.open
 	entries, err := o.sp.Unshipped()
 	if err != nil {
 		return 0, err
@@ -537,13 +537,13 @@ func (a *Arbiter) shipSpool(ctx context.Context) (int, error) {
 			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
 				[]clientv3.Op{clientv3.OpPut(k, string(v))}, nil))
 		}
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Txn(cctx).Then(ops...).Commit()
+		cctx, cancel := a.home.callCtx(ctx)
+		resp, err := a.home.cli.Txn(cctx).Then(ops...).Commit()
 		cancel()
 		if err != nil {
 			return shipped, storeErr(ctx, err)
 		}
-		if _, err := a.checkHeader(resp.Header); err != nil {
+		if _, err := a.home.checkHeader(resp.Header); err != nil {
 			return shipped, err
 		}
 		if err := o.sp.MarkShipped(entries[n-1].Seq); err != nil {

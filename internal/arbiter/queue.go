@@ -99,7 +99,7 @@ func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class
 		return Grant{}, a.sessionGone(req.Session, err)
 	}
 	if att.granted {
-		return a.releaseIfGone(ctx, req, att.grant)
+		return c.releaseIfGone(ctx, req, att.grant)
 	}
 	if g, mine, err := a.classify(att, req.Caller.String(), req.Session); mine || err != nil {
 		return g, err
@@ -292,7 +292,8 @@ func (m *memoryLine) wakeHead(key string) {
 // QueueLen is the number of waiters queued for key on this arbiter, in
 // its memory and in the key's durable line.
 func (a *Arbiter) QueueLen(key string) int {
-	return a.memory.len(key) + a.durables.len(key)
+	c := a.cellOfKey(key)
+	return c.memory.len(key) + c.durables.len(key)
 }
 
 // stop ends the queues' watches (at Close).
@@ -356,7 +357,7 @@ func (m *memoryLine) wait(ctx context.Context, req AcquireRequest, w *waiter, hk
 			if r.err != nil {
 				return Grant{}, r.err
 			}
-			return m.a.releaseIfGone(ctx, req, r.grant)
+			return m.c.releaseIfGone(ctx, req, r.grant)
 		case <-w.wake:
 		case <-poll.C:
 			poll.Reset(m.a.jitter())
@@ -380,7 +381,7 @@ func (m *memoryLine) wait(ctx context.Context, req AcquireRequest, w *waiter, hk
 			if err != nil {
 				return Grant{}, err
 			}
-			return m.a.releaseIfGone(ctx, req, g)
+			return m.c.releaseIfGone(ctx, req, g)
 		}
 	}
 }
@@ -475,7 +476,7 @@ func (m *memoryLine) giveUp(ctx context.Context, req AcquireRequest, w *waiter, 
 	if ctx.Err() == nil {
 		return r.grant, nil // the handoff won the race with the deadline
 	}
-	_, _ = m.a.releaseIfGone(ctx, req, r.grant) // the caller is gone
+	_, _ = m.c.releaseIfGone(ctx, req, r.grant) // the caller is gone
 	return Grant{}, err
 }
 

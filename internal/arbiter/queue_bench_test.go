@@ -13,8 +13,8 @@ import (
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./internal/arbiter
 
 func queueLine(keys int) *memoryLine {
-	a := &Arbiter{cell: newCell(cellConfig{}, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
-	m := newMemoryLine(a, a.cell)
+	a := &Arbiter{home: newCell(cellConfig{}, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
+	m := newMemoryLine(a, a.home)
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)
 		// An anchor waiter keeps each queue (and its watch, absent here)

@@ -78,10 +78,10 @@ func (c *cell) holdOff(d time.Duration) {
 // plus a second (etcd counts lease TTLs in whole seconds).
 func (a *Arbiter) openGraceTTL() time.Duration {
 	ttl := time.Duration(0)
-	if a.open != nil {
-		a.open.mu.Lock()
-		ttl = a.open.maxLocalTTL
-		a.open.mu.Unlock()
+	if a.home.open != nil {
+		a.home.open.mu.Lock()
+		ttl = a.home.open.maxLocalTTL
+		a.home.open.mu.Unlock()
 	}
 	for _, c := range a.policy.Load().Classes.Classes() {
 		if c.OnQuorumLoss == class.QuorumLossOpen {
@@ -96,7 +96,7 @@ func (a *Arbiter) openGraceTTL() time.Duration {
 // granted through etcd. Called once quorum is back and local keepalives
 // are no longer credited, before open classes are served from etcd.
 func (a *Arbiter) writeOpenGrace(ctx context.Context) error {
-	o := a.open
+	o := a.home.open
 	o.mu.Lock()
 	need := o.localOpened > 0
 	o.mu.Unlock()
@@ -104,18 +104,18 @@ func (a *Arbiter) writeOpenGrace(ctx context.Context) error {
 		return nil
 	}
 	ttl := a.openGraceTTL()
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := a.home.callCtx(ctx)
 	defer cancel()
-	lease, err := a.cli.Grant(cctx, int64((ttl+time.Second-1)/time.Second))
+	lease, err := a.home.cli.Grant(cctx, int64((ttl+time.Second-1)/time.Second))
 	if err != nil {
 		return storeErr(ctx, err)
 	}
 	why := fmt.Sprintf("arbiter %s was open on quorum loss; unprotected holders lose their locks within %s", o.id, ttl)
-	resp, err := a.cli.Put(cctx, keyspace.OpenGraceKey(o.id), why, clientv3.WithLease(lease.ID))
+	resp, err := a.home.cli.Put(cctx, keyspace.OpenGraceKey(o.id), why, clientv3.WithLease(lease.ID))
 	if err != nil {
 		return storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil {
+	if _, err := a.home.checkHeader(resp.Header); err != nil {
 		return err
 	}
 	o.mu.Lock()

@@ -89,7 +89,7 @@ func (r *removedHolds) of(session int64) []RemovedHold {
 
 // watchForced follows the force-release records: each names the session
 // and the hold it removed.
-func (a *Arbiter) watchForced(ctx context.Context) {
+func (a *Arbiter) watchForced(ctx context.Context, c *cell) {
 	note := func(kv *mvccpb.KeyValue) {
 		var rec forceRecord
 		if json.Unmarshal(kv.Value, &rec) != nil || rec.Session == 0 {
@@ -101,7 +101,7 @@ func (a *Arbiter) watchForced(ctx context.Context) {
 		a.removed.add(rec.Session, RemovedHold{Key: rec.Key, HoldRevision: rec.HoldRevision,
 			Requester: rec.Requester, Approver: rec.Approver, Reason: rec.Reason}, time.Now())
 	}
-	a.follow(ctx, forceRecordPrefix, func(kvs []*mvccpb.KeyValue) {
+	c.follow(ctx, forceRecordPrefix, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			note(kv)
 		}

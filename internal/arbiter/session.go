@@ -63,6 +63,7 @@ func (a *Arbiter) sessionNamespace(identity string) string {
 // OpenSession grants a lease with ttl owned by the caller. An identity may
 // have at most MaxSessionsPerIdentity sessions opened on this arbiter.
 func (a *Arbiter) OpenSession(ctx context.Context, caller identity.Caller, ttl time.Duration) (int64, error) {
+	c := a.home
 	who := caller.String()
 	if ttl < class.MinTTL || ttl > class.MaxTTL || ttl%time.Second != 0 {
 		return 0, fmt.Errorf("%w: ttl: must be whole seconds between %s and %s, got %s", ErrInvalid, class.MinTTL, class.MaxTTL, ttl)
@@ -82,25 +83,25 @@ func (a *Arbiter) OpenSession(ctx context.Context, caller identity.Caller, ttl t
 		kept = true
 		return a.openSessionLocal(who, ns, ttl)
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	lease, err := a.cli.Grant(cctx, int64(ttl/time.Second))
+	lease, err := c.cli.Grant(cctx, int64(ttl/time.Second))
 	if err != nil {
 		return 0, storeErr(ctx, err)
 	}
 	now := a.now()
 	rec, _ := json.Marshal(sessionRecord{Identity: who, TTL: int64(ttl / time.Second), Namespace: ns, OpenedAt: now.UnixNano()})
-	resp, err := a.cli.Put(cctx, sessionKey(int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
+	resp, err := c.cli.Put(cctx, sessionKey(int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
 	if err != nil {
 		return 0, storeErr(ctx, err)
 	}
-	if _, err := a.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
+	if _, err := c.checkHeader(resp.Header); err != nil && !errors.Is(err, ErrSealed) {
 		return 0, err
 	}
 	info := &sessionInfo{id: int64(lease.ID), identity: who, ttl: ttl, namespace: ns, openedAt: now, openedHere: true}
 	a.sessions.Store(info.id, info)
 	kept = true
-	a.noteTTL(ttl)
+	c.noteTTL(ttl)
 	a.metrics.sessionsOpened.WithLabelValues(ns).Inc()
 	a.log.Info("session opened", "session", info.id, "identity", who, "ttl", ttl.String())
 	return info.id, nil
@@ -143,6 +144,7 @@ func (a *Arbiter) forgetSession(id int64) (*sessionInfo, bool) {
 
 // session returns the session if it exists and identity owns it.
 func (a *Arbiter) session(ctx context.Context, identity string, id int64) (*sessionInfo, error) {
+	c := a.home
 	if v, ok := a.sessions.Load(id); ok {
 		s := v.(*sessionInfo)
 		if s.identity != identity {
@@ -153,9 +155,9 @@ func (a *Arbiter) session(ctx context.Context, identity string, id int64) (*sess
 	if isLocal(id) {
 		return nil, ErrSessionNotFound // a local session is never in etcd
 	}
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	resp, err := a.cli.Get(cctx, sessionKey(id))
+	resp, err := c.cli.Get(cctx, sessionKey(id))
 	if err != nil {
 		return nil, storeErr(ctx, err)
 	}
@@ -166,7 +168,7 @@ func (a *Arbiter) session(ctx context.Context, identity string, id int64) (*sess
 	if err != nil {
 		return nil, err
 	}
-	a.noteTTL(s.ttl)
+	c.noteTTL(s.ttl)
 	if _, loaded := a.sessions.LoadOrStore(id, s); loaded {
 		return a.session(ctx, identity, id)
 	}
@@ -188,6 +190,7 @@ func decodeSession(kv *mvccpb.KeyValue) (*sessionInfo, error) {
 // CloseSession revokes the session's lease: all its holds are released in
 // one committed entry.
 func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id int64) error {
+	c := a.home
 	s, err := a.session(ctx, caller.String(), id)
 	if err != nil {
 		return err
@@ -198,7 +201,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 		return nil
 	}
 	s.closing.Store(true)
-	cctx, cancel := a.callCtx(ctx)
+	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	// Mark the record closing first: the audit history tells a close from
 	// an expiry by the deleted record's value (both delete the same keys in
@@ -207,7 +210,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 	sk := sessionKey(id)
 	rec, _ := json.Marshal(sessionRecord{Identity: s.identity, TTL: int64(s.ttl / time.Second), Namespace: s.namespace,
 		OpenedAt: s.openedAt.UnixNano(), Closing: true})
-	if _, err := a.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(sk), ">", 0)).
+	if _, err := c.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(sk), ">", 0)).
 		Then(clientv3.OpPut(sk, string(rec), clientv3.WithLease(clientv3.LeaseID(id)))).Commit(); err != nil {
 		if isLeaseNotFound(err) {
 			a.forgetSession(id)
@@ -215,7 +218,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 		}
 		return storeErr(ctx, err)
 	}
-	if _, err := a.cli.Revoke(cctx, clientv3.LeaseID(id)); err != nil {
+	if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(id)); err != nil {
 		if isLeaseNotFound(err) {
 			a.forgetSession(id)
 			return nil
@@ -232,7 +235,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 // keys at one revision and watches from the next, so no delete is missed;
 // after a compaction or a broken watch it lists again and drops what is gone.
 func (a *Arbiter) watchSessions(ctx context.Context) {
-	a.follow(ctx, sessionPrefix, func(kvs []*mvccpb.KeyValue) {
+	a.home.follow(ctx, sessionPrefix, func(kvs []*mvccpb.KeyValue) {
 		live := make(map[int64]bool, len(kvs))
 		for _, kv := range kvs {
 			live[kv.Lease] = true
@@ -259,15 +262,15 @@ func (a *Arbiter) watchSessions(ctx context.Context) {
 // change under it (event) from the next revision on, with PrevKV: the
 // snapshot-then-watch of clientv3/mirror. On compaction or any watch failure
 // it lists again. It returns when ctx ends.
-func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue), event func(*clientv3.Event)) {
+func (c *cell) follow(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue), event func(*clientv3.Event)) {
 	for ctx.Err() == nil {
-		changed := a.storeChangedCh()
-		rev, err := a.list(ctx, prefix, sync)
+		changed := c.storeChangedCh()
+		rev, err := c.list(ctx, prefix, sync)
 		if err != nil {
 			if ctx.Err() == nil {
-				a.log.Warn("listing for a watch failed", "prefix", prefix, "err", err)
+				c.log.Warn("listing for a watch failed", "prefix", prefix, "err", err)
 			}
-			a.pause(ctx, a.poll)
+			pause(ctx, c.poll)
 			continue
 		}
 		// The watch also ends when the epoch state changes: a restored or
@@ -280,7 +283,7 @@ func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb
 			case <-wctx.Done():
 			}
 		}()
-		wch := a.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(),
+		wch := c.cli.Watch(clientv3.WithRequireLeader(wctx), prefix, clientv3.WithPrefix(),
 			clientv3.WithPrevKV(), clientv3.WithRev(rev+1))
 		for resp := range wch {
 			if resp.Err() != nil || resp.CompactRevision != 0 {
@@ -291,23 +294,23 @@ func (a *Arbiter) follow(ctx context.Context, prefix string, sync func([]*mvccpb
 			}
 		}
 		cancel()
-		a.pause(ctx, a.poll)
+		pause(ctx, c.poll)
 	}
 }
 
 // storeChangedCh is closed at the next epoch state change.
-func (a *Arbiter) storeChangedCh() <-chan struct{} {
-	a.storeMu.Lock()
-	defer a.storeMu.Unlock()
-	if a.storeChanged == nil {
-		a.storeChanged = make(chan struct{})
+func (c *cell) storeChangedCh() <-chan struct{} {
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	if c.storeChanged == nil {
+		c.storeChanged = make(chan struct{})
 	}
-	return a.storeChanged
+	return c.storeChanged
 }
 
 // list reads every key under prefix at one revision, in pages, and hands
 // them to sync; it returns that revision.
-func (a *Arbiter) list(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue)) (int64, error) {
+func (c *cell) list(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue)) (int64, error) {
 	var all []*mvccpb.KeyValue
 	key, end, rev := prefix, clientv3.GetPrefixRangeEnd(prefix), int64(0)
 	for {
@@ -315,8 +318,8 @@ func (a *Arbiter) list(ctx context.Context, prefix string, sync func([]*mvccpb.K
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		cctx, cancel := a.callCtx(ctx)
-		resp, err := a.cli.Get(cctx, key, opts...)
+		cctx, cancel := c.callCtx(ctx)
+		resp, err := c.cli.Get(cctx, key, opts...)
 		cancel()
 		if err != nil {
 			return 0, storeErr(ctx, err)
@@ -334,7 +337,8 @@ func (a *Arbiter) list(ctx context.Context, prefix string, sync func([]*mvccpb.K
 	return rev, nil
 }
 
-func (a *Arbiter) pause(ctx context.Context, d time.Duration) {
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -376,7 +380,7 @@ func (k *KeepAliveStream) etcd(ctx context.Context) (pb.Lease_LeaseKeepAliveClie
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.s == nil {
-		s, err := k.a.leases.LeaseKeepAlive(k.ctx)
+		s, err := k.a.home.leases.LeaseKeepAlive(k.ctx)
 		if err != nil {
 			return nil, storeErr(ctx, err)
 		}
@@ -443,10 +447,10 @@ func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 	if err != nil {
 		return KeepAliveAnswer{}, fmt.Errorf("%w: keepalive stream: %v", ErrUnavailable, err)
 	}
-	if _, err := k.a.checkHeader(resp.Header); err != nil {
+	if _, err := k.a.home.checkHeader(resp.Header); err != nil {
 		return KeepAliveAnswer{}, err
 	}
-	st, err := k.a.confirmedEpoch(k.ctx)
+	st, err := k.a.home.confirmedEpoch(k.ctx)
 	if err != nil {
 		k.a.metrics.keepAlivesNotCredited.Inc()
 		return KeepAliveAnswer{Session: resp.ID, Uncredited: true}, nil
@@ -470,7 +474,7 @@ func (k *KeepAliveStream) Recv() (KeepAliveAnswer, error) {
 // Expired is the answer for a session that is gone: TTL zero, with the
 // holds of it that were released by force.
 func (k *KeepAliveStream) Expired(id int64) KeepAliveAnswer {
-	return KeepAliveAnswer{Session: id, Epoch: k.a.epoch.Load().epoch, Removed: k.a.removed.of(id), UnprotectedEnded: isLocal(id)}
+	return KeepAliveAnswer{Session: id, Epoch: k.a.home.epoch.Load().epoch, Removed: k.a.removed.of(id), UnprotectedEnded: isLocal(id)}
 }
 
 // Close ends the etcd stream.
