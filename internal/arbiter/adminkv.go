@@ -6,13 +6,16 @@ import (
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
 // adminPrefixes are the only keys the admin operations (force-release and
 // epoch advance) read or write: holds and queues, the force-release and
-// epoch-advance requests, the force records, the epoch record and the
-// grace key.
-var adminPrefixes = []string{holdPrefix, queuePrefix, forceRequestPrefix, forceRecordPrefix, epochRequestPrefix, epochKey, graceKey}
+// epoch-advance requests, the force records, the epoch record, the grace
+// key and the epoch allocation counter.
+var adminPrefixes = []string{holdPrefix, queuePrefix, forceRequestPrefix, forceRecordPrefix, epochRequestPrefix, epochKey, graceKey,
+	keyspace.AllocatedEpochKey}
 
 // adminKV is the admin operations' view of etcd. Every key and range of a
 // Get, Put or Txn (compares and operations of both branches) must lie

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,6 +54,11 @@ type EpochStatus struct {
 	// its state file): an advance must go above it.
 	Highest  uint32
 	Revision int64
+	// Cluster names the cluster.
+	Cluster string
+	// Allocated is the highest epoch allocated to any cluster (the coord
+	// cluster's counter); 0 when none was, or it could not be read.
+	Allocated uint32
 }
 
 func encodeEpoch(e uint32, cluster uint64) string {
@@ -399,20 +405,120 @@ func (c *cell) confirmedEpoch(ctx context.Context) (*epochState, error) {
 // restored, rebuilt or is behind.
 func (a *Arbiter) Sealed() bool { return a.home.epoch.Load().sealed }
 
-// EpochStatus reads the epoch record and the store's cluster ID now.
-func (a *Arbiter) EpochStatus(ctx context.Context) (EpochStatus, error) {
+// EpochStatus reads the epoch record and the store's cluster ID of the
+// cluster named now ("" names the home cluster), and the allocation counter.
+func (a *Arbiter) EpochStatus(ctx context.Context, cluster string) (EpochStatus, error) {
 	c := a.home
+	if cluster != "" {
+		var err error
+		if c, err = a.cellNamed(cluster); err != nil {
+			return EpochStatus{}, err
+		}
+	}
 	rev, err := c.reloadEpoch(ctx)
 	if err != nil {
 		return EpochStatus{}, err
 	}
-	return c.epochStatus(rev), nil
+	st := c.epochStatus(rev)
+	if st.Allocated, err = a.allocatedEpoch(ctx); err != nil {
+		return EpochStatus{}, err
+	}
+	return st, nil
+}
+
+// cellNamed is the cell of the cluster named; "" names the only one, and is
+// refused when there are several.
+func (a *Arbiter) cellNamed(name string) (*cell, error) {
+	names := make([]string, 0, len(a.cells))
+	for _, c := range a.cells {
+		if c.name == name || (name == "" && len(a.cells) == 1) {
+			return c, nil
+		}
+		names = append(names, c.name)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: cluster: required: this lockd fronts %s (lockctl clusters)", ErrInvalid, strings.Join(names, ", "))
+	}
+	return nil, fmt.Errorf("%w: cluster: no cluster %q: this lockd fronts %s (lockctl clusters)", ErrInvalid, name, strings.Join(names, ", "))
+}
+
+// allocatedEpoch reads the highest epoch allocated to any cluster: the
+// counter on the home (coord) cluster; 0 when it has none.
+func (a *Arbiter) allocatedEpoch(ctx context.Context) (uint32, error) {
+	n, _, err := a.readAllocated(ctx)
+	return n, err
+}
+
+func (a *Arbiter) readAllocated(ctx context.Context) (n uint32, modRev int64, err error) {
+	home := a.home
+	cctx, cancel := home.callCtx(ctx)
+	defer cancel()
+	resp, err := home.admin.Get(cctx, keyspace.AllocatedEpochKey)
+	if err != nil {
+		return 0, 0, storeErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, 0, nil
+	}
+	v, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %s %q is not an epoch", ErrInternal, keyspace.AllocatedEpochKey, resp.Kvs[0].Value)
+	}
+	return uint32(v), resp.Kvs[0].ModRevision, nil
+}
+
+// allocateEpoch moves the coord cluster's counter to `to`, refusing when it
+// is already there or beyond: an epoch is allocated once, to one cluster.
+// An advance that then fails leaves `to` allocated and unused, never used
+// twice.
+func (a *Arbiter) allocateEpoch(ctx context.Context, to uint32) error {
+	cur, modRev, err := a.readAllocated(ctx)
+	if err != nil {
+		return err
+	}
+	if to <= cur {
+		return fmt.Errorf("%w: epoch %d is not above %d, the highest allocated to any cluster; request again (the default target is above it)", ErrEpochMoved, to, cur)
+	}
+	home := a.home
+	cctx, cancel := home.callCtx(ctx)
+	defer cancel()
+	resp, err := home.admin.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(keyspace.AllocatedEpochKey), "=", modRev)).
+		Then(clientv3.OpPut(keyspace.AllocatedEpochKey, strconv.FormatUint(uint64(to), 10))).Commit()
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: another advance allocated an epoch meanwhile; request again", ErrEpochMoved)
+	}
+	return nil
+}
+
+// EpochStatuses is EpochStatus of every cluster, the home cluster first;
+// a cluster that cannot be read has its Err set.
+func (a *Arbiter) EpochStatuses(ctx context.Context) []ClusterEpoch {
+	allocated, aerr := a.allocatedEpoch(ctx)
+	out := make([]ClusterEpoch, 0, len(a.cells))
+	for _, c := range a.cells {
+		rev, err := c.reloadEpoch(ctx)
+		st := c.epochStatus(rev)
+		st.Allocated = allocated
+		out = append(out, ClusterEpoch{EpochStatus: st, Err: cmp.Or(err, aerr)})
+	}
+	return out
+}
+
+// ClusterEpoch is one cluster's epoch status, or why it could not be read.
+type ClusterEpoch struct {
+	EpochStatus
+	Err error
 }
 
 func (c *cell) epochStatus(rev int64) EpochStatus {
 	st := c.epoch.Load()
 	return EpochStatus{Epoch: st.record, RecordClusterID: st.clusterID, StoreClusterID: st.store,
-		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: c.highestEpoch(), Revision: rev}
+		Sealed: st.sealed, SealedReason: st.why, RecordMissing: st.missing, Highest: c.highestEpoch(), Revision: rev,
+		Cluster: c.name}
 }
 
 // highestEpoch is the highest epoch known to this arbiter.
@@ -422,7 +528,9 @@ func (c *cell) highestEpoch() uint32 {
 
 // EpochRequest is a pending request to advance the epoch.
 type EpochRequest struct {
-	ID        string    `json:"id"`
+	ID string `json:"id"`
+	// Cluster is the cluster whose epoch moves; the request is kept there.
+	Cluster   string    `json:"cluster,omitempty"`
 	From      uint32    `json:"from"`
 	To        uint32    `json:"to"`
 	Requester string    `json:"requester"`
@@ -452,12 +560,13 @@ func (c *cell) readEpochRecord(ctx context.Context) (epochRecordRead, error) {
 	return epochRecordRead{epoch: e, modRev: cur.Kvs[0].ModRevision, header: cur.Header}, err
 }
 
-// RequestEpochAdvance records an operator's request to move the epoch from
-// `from` (0: the store has no record) to `to` (0: from+1). Another operator
-// must approve it (ApproveEpochAdvance) within ForceRequestTTL. The target
-// must be above every epoch this arbiter knows of.
-func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Caller, from, to uint32, reason string) (EpochRequest, error) {
-	c := a.home
+// RequestEpochAdvance records an operator's request to move the epoch of
+// cluster ("" when the arbiter fronts one) from `from` (0: the store has no
+// record) to `to` (0: above both from and every epoch allocated to any
+// cluster). Another operator must approve it (ApproveEpochAdvance) within
+// ForceRequestTTL. The target must be above every epoch this arbiter knows
+// of, on any cluster, and above the coord cluster's allocation counter.
+func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Caller, cluster string, from, to uint32, reason string) (EpochRequest, error) {
 	if !a.IsOperator(caller) {
 		return EpochRequest{}, ErrNotOperator
 	}
@@ -465,18 +574,30 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 	if strings.TrimSpace(reason) == "" {
 		return EpochRequest{}, fmt.Errorf("%w: reason: must not be empty", ErrInvalid)
 	}
+	c, err := a.cellNamed(cluster)
+	if err != nil {
+		return EpochRequest{}, err
+	}
+	allocated, err := a.allocatedEpoch(ctx)
+	if err != nil {
+		return EpochRequest{}, err
+	}
+	highest := a.highestEpoch()
 	if to == 0 {
 		if from == 0 {
 			return EpochRequest{}, fmt.Errorf("%w: to_epoch: required when the store has no epoch record (from 0): "+
-				"state an epoch above every epoch issued before (at least %d)", ErrInvalid, c.highestEpoch()+1)
+				"state an epoch above every epoch issued before (at least %d)", ErrInvalid, max(highest, allocated)+1)
 		}
-		to = from + 1
+		to = max(from, allocated) + 1
 	}
 	if to <= from {
 		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above from_epoch %d", ErrInvalid, to, from)
 	}
-	if h := c.highestEpoch(); to <= h {
-		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above %d, the highest epoch this lockd has seen", ErrInvalid, to, h)
+	if to <= highest {
+		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above %d, the highest epoch this lockd has seen", ErrInvalid, to, highest)
+	}
+	if to <= allocated {
+		return EpochRequest{}, fmt.Errorf("%w: to_epoch: %d must be above %d, the highest epoch allocated to any cluster", ErrInvalid, to, allocated)
 	}
 	if to > token.MaxEpoch {
 		return EpochRequest{}, fmt.Errorf("%w: epoch %d is past the last one (%d)", ErrEpochExhausted, to, token.MaxEpoch)
@@ -488,9 +609,9 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	if cur.epoch != from {
-		return EpochRequest{}, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, from)
+		return EpochRequest{}, fmt.Errorf("%w: current epoch of cluster %s is %d, not %d", ErrEpochMoved, c.name, cur.epoch, from)
 	}
-	req := EpochRequest{ID: newForceID(), From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
+	req := EpochRequest{ID: newForceID(), Cluster: c.name, From: from, To: to, Requester: who, Reason: reason, ExpiresAt: a.now().Add(ForceRequestTTL)}
 	lease, err := c.cli.Grant(cctx, int64(ForceRequestTTL/time.Second))
 	if err != nil {
 		return EpochRequest{}, storeErr(ctx, err)
@@ -500,8 +621,17 @@ func (a *Arbiter) RequestEpochAdvance(ctx context.Context, caller identity.Calle
 		return EpochRequest{}, storeErr(ctx, err)
 	}
 	a.metrics.epochAdvances.WithLabelValues("requested").Inc()
-	a.log.Warn("epoch advance requested", "id", req.ID, "from", from, "to", to, "requester", who, "reason", reason)
+	a.log.Warn("epoch advance requested", "id", req.ID, "cluster", c.name, "from", from, "to", to, "requester", who, "reason", reason)
 	return req, nil
+}
+
+// highestEpoch is the highest epoch this arbiter knows of on any cluster.
+func (a *Arbiter) highestEpoch() uint32 {
+	var h uint32
+	for _, c := range a.cells {
+		h = max(h, c.highestEpoch())
+	}
+	return h
 }
 
 // EpochAdvance is the outcome of an approved advance.
@@ -522,7 +652,6 @@ type EpochAdvance struct {
 // afterwards is greater than every token granted before, whatever revision
 // the store restarted from.
 func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Caller, id string) (EpochAdvance, error) {
-	c := a.home
 	if !a.IsOperator(caller) {
 		return EpochAdvance{}, ErrNotOperator
 	}
@@ -530,14 +659,9 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Calle
 	if id == "" || strings.ContainsAny(id, "/\x00") {
 		return EpochAdvance{}, fmt.Errorf("%w: id: must be a request id from RequestEpochAdvance", ErrInvalid)
 	}
-	cctx, cancel := c.callCtx(ctx)
-	defer cancel()
-	got, err := c.admin.Get(cctx, epochRequestPrefix+id)
+	c, got, err := a.findEpochRequest(ctx, id)
 	if err != nil {
-		return EpochAdvance{}, storeErr(ctx, err)
-	}
-	if len(got.Kvs) == 0 {
-		return EpochAdvance{}, fmt.Errorf("%w: %s", ErrEpochRequestNotFound, id)
+		return EpochAdvance{}, err
 	}
 	var req EpochRequest
 	if err := json.Unmarshal(got.Kvs[0].Value, &req); err != nil {
@@ -551,15 +675,34 @@ func (a *Arbiter) ApproveEpochAdvance(ctx context.Context, caller identity.Calle
 		a.log.Warn("epoch advance refused: the approver is the requester", "id", id, "requester", who)
 		return EpochAdvance{Request: req}, ErrSamePerson
 	}
-	adv, err := a.advanceEpoch(ctx, who, req, got.Kvs[0].ModRevision)
+	req.Cluster = c.name // a request recorded before clusters were named
+	adv, err := a.advanceEpoch(ctx, c, who, req, got.Kvs[0].ModRevision)
 	if err == nil {
 		a.metrics.epochAdvances.WithLabelValues("approved").Inc()
 	}
 	return adv, err
 }
 
-func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequest, reqRev int64) (EpochAdvance, error) {
-	c := a.home
+// findEpochRequest finds pending request id in the cluster it names.
+func (a *Arbiter) findEpochRequest(ctx context.Context, id string) (*cell, *clientv3.GetResponse, error) {
+	for _, c := range a.cells {
+		cctx, cancel := c.callCtx(ctx)
+		got, err := c.admin.Get(cctx, epochRequestPrefix+id)
+		cancel()
+		if err != nil {
+			return nil, nil, storeErr(ctx, err)
+		}
+		if len(got.Kvs) > 0 {
+			return c, got, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: %s", ErrEpochRequestNotFound, id)
+}
+
+// advanceEpoch runs an approved advance of cell c's epoch: it allocates the
+// target on the coord cluster's counter, then moves c's record in one
+// transaction.
+func (a *Arbiter) advanceEpoch(ctx context.Context, c *cell, caller string, req EpochRequest, reqRev int64) (EpochAdvance, error) {
 	adv := EpochAdvance{Request: req}
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
@@ -568,10 +711,13 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 		return adv, storeErr(ctx, err)
 	}
 	if cur.epoch != req.From {
-		return adv, fmt.Errorf("%w: current epoch is %d, not %d", ErrEpochMoved, cur.epoch, req.From)
+		return adv, fmt.Errorf("%w: current epoch of cluster %s is %d, not %d", ErrEpochMoved, c.name, cur.epoch, req.From)
 	}
-	if h := c.highestEpoch(); req.To <= h {
+	if h := a.highestEpoch(); req.To <= h {
 		return adv, fmt.Errorf("%w: the request moves to epoch %d, not above %d, the highest this lockd has seen; request again", ErrEpochMoved, req.To, h)
+	}
+	if err := a.allocateEpoch(ctx, req.To); err != nil {
+		return adv, err
 	}
 	newID := cur.header.ClusterId
 	// A holder of the old epoch learns that its hold is gone from its next
@@ -612,7 +758,7 @@ func (a *Arbiter) advanceEpoch(ctx context.Context, caller string, req EpochRequ
 	}
 	adv.HoldsDeleted = resp.Responses[1].GetResponseDeleteRange().Deleted
 	a.metrics.graceActive.WithLabelValues(c.name).Set(1) // until the next collection finds the key gone
-	a.log.Warn("epoch advanced", "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
+	a.log.Warn("epoch advanced", "cluster", c.name, "requester", req.Requester, "approver", caller, "from", req.From, "to", req.To,
 		"cluster_id", hexID(newID), "holds_deleted", adv.HoldsDeleted, "reason", req.Reason, "grants_resume_in", adv.Grace)
 	if resp.Header.ClusterId != newID {
 		// Committed, but on a store whose cluster ID is not the one the

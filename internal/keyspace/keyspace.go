@@ -38,6 +38,10 @@ const (
 	// no key of a class open on quorum loss is granted meanwhile. It lies
 	// under GraceKey so that one range compare covers both graces.
 	OpenGracePrefix = GraceKey + "/open/"
+	// AllocatedEpochKey, on the coord tier's cluster, is the highest epoch
+	// allocated to any cluster (decimal): an advance of any cluster first
+	// moves it to its target, so no two clusters ever use one epoch.
+	AllocatedEpochKey = "/sys/allocated-epoch"
 	// ForceRecordPrefix + request ID is an approved force-release, written
 	// in the transaction that deletes the hold.
 	ForceRecordPrefix = "/sys/force/"

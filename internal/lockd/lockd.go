@@ -396,7 +396,7 @@ func (d *Daemon) logReady() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RequestTimeout)
 	defer cancel()
-	if st, err := d.arb.EpochStatus(ctx); err != nil {
+	if st, err := d.arb.EpochStatus(ctx, ""); err != nil {
 		ready = append(ready, "epoch_error", err.Error())
 	} else {
 		ready = append(ready, "epoch", st.Epoch, "sealed", st.Sealed,

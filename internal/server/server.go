@@ -393,17 +393,32 @@ func (s *Server) ListSessions(ctx context.Context, _ *lockv1.ListSessionsRequest
 }
 
 // EpochStatus implements lock.v1 AdminService.
-func (s *Server) EpochStatus(ctx context.Context, _ *lockv1.EpochStatusRequest) (*lockv1.EpochStatusResponse, error) {
+func (s *Server) EpochStatus(ctx context.Context, req *lockv1.EpochStatusRequest) (*lockv1.EpochStatusResponse, error) {
 	if _, err := s.caller(ctx); err != nil {
 		return nil, err
 	}
-	st, err := s.arb.EpochStatus(ctx)
+	st, err := s.arb.EpochStatus(ctx, req.GetCluster())
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	resp := epochStatusProto(st)
+	if req.GetCluster() == "" {
+		for _, c := range s.arb.EpochStatuses(ctx) {
+			pc := epochStatusProto(c.EpochStatus)
+			if c.Err != nil {
+				pc.Error = c.Err.Error()
+			}
+			resp.Clusters = append(resp.Clusters, pc)
+		}
+	}
+	return resp, nil
+}
+
+func epochStatusProto(st arbiter.EpochStatus) *lockv1.EpochStatusResponse {
 	return &lockv1.EpochStatusResponse{Epoch: st.Epoch, RecordClusterId: st.RecordClusterID,
 		StoreClusterId: st.StoreClusterID, Sealed: st.Sealed, Revision: st.Revision,
-		SealedReason: st.SealedReason, RecordMissing: st.RecordMissing, HighestEpoch: st.Highest}, nil
+		SealedReason: st.SealedReason, RecordMissing: st.RecordMissing, HighestEpoch: st.Highest,
+		Cluster: st.Cluster, AllocatedEpoch: st.Allocated}
 }
 
 // ListClusters implements lock.v1 AdminService.
@@ -443,12 +458,12 @@ func (s *Server) RequestEpochAdvance(ctx context.Context, req *lockv1.RequestEpo
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetFromEpoch(), req.GetToEpoch(), req.GetReason())
+	r, err := s.arb.RequestEpochAdvance(ctx, id, req.GetCluster(), req.GetFromEpoch(), req.GetToEpoch(), req.GetReason())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &lockv1.RequestEpochAdvanceResponse{Id: r.ID, FromEpoch: r.From, ToEpoch: r.To, Requester: r.Requester, Reason: r.Reason,
-		ExpiresAt: timestamppb.New(r.ExpiresAt)}, nil
+		ExpiresAt: timestamppb.New(r.ExpiresAt), Cluster: r.Cluster}, nil
 }
 
 // ApproveEpochAdvance implements lock.v1 AdminService.
@@ -463,7 +478,7 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 	}
 	return &lockv1.ApproveEpochAdvanceResponse{Epoch: adv.Status.Epoch, ClusterId: adv.Status.RecordClusterID,
 		HoldsDeleted: adv.HoldsDeleted, Requester: adv.Request.Requester, Approver: id.String(),
-		GrantsResumeIn: durationpb.New(adv.Grace)}, nil
+		GrantsResumeIn: durationpb.New(adv.Grace), Cluster: adv.Request.Cluster}, nil
 }
 
 // HTTPHandler serves /metrics, /healthz and /readyz. /readyz fails while the

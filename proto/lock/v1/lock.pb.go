@@ -2583,7 +2583,10 @@ func (x *ListSessionsResponse) GetSessions() []*Session {
 
 // EpochStatusRequest is empty.
 type EpochStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster to report on (as lockctl clusters names it). Empty: the
+	// coord tier's cluster at the top level, and every cluster in clusters.
+	Cluster       string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2618,6 +2621,13 @@ func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
 	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
+func (x *EpochStatusRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 // EpochStatusResponse reports the epoch.
 type EpochStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2639,7 +2649,19 @@ type EpochStatusResponse struct {
 	RecordMissing bool `protobuf:"varint,7,opt,name=record_missing,json=recordMissing,proto3" json:"record_missing,omitempty"`
 	// The highest epoch this arbiter has seen (its memory and its data dir):
 	// an advance must move above it.
-	HighestEpoch  uint32 `protobuf:"varint,8,opt,name=highest_epoch,json=highestEpoch,proto3" json:"highest_epoch,omitempty"`
+	HighestEpoch uint32 `protobuf:"varint,8,opt,name=highest_epoch,json=highestEpoch,proto3" json:"highest_epoch,omitempty"`
+	// The cluster this status is of.
+	Cluster string `protobuf:"bytes,9,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// With no cluster asked: every cluster lockd fronts, the coord tier's
+	// first, each with cluster set (and clusters empty).
+	Clusters []*EpochStatusResponse `protobuf:"bytes,10,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// The highest epoch allocated to any cluster, from the counter on the
+	// coord tier's cluster: every advance, of any cluster, moves above it, so
+	// no two clusters ever use one epoch.
+	AllocatedEpoch uint32 `protobuf:"varint,11,opt,name=allocated_epoch,json=allocatedEpoch,proto3" json:"allocated_epoch,omitempty"`
+	// In clusters: why this cluster could not be read now; the other fields
+	// are then what lockd last knew of it.
+	Error         string `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2728,6 +2750,34 @@ func (x *EpochStatusResponse) GetHighestEpoch() uint32 {
 		return x.HighestEpoch
 	}
 	return 0
+}
+
+func (x *EpochStatusResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *EpochStatusResponse) GetClusters() []*EpochStatusResponse {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *EpochStatusResponse) GetAllocatedEpoch() uint32 {
+	if x != nil {
+		return x.AllocatedEpoch
+	}
+	return 0
+}
+
+func (x *EpochStatusResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // ListClustersRequest asks for every cluster.
@@ -3084,11 +3134,16 @@ type RequestEpochAdvanceRequest struct {
 	FromEpoch uint32 `protobuf:"varint,1,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
 	// Why; required.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The epoch to move to. 0 means from_epoch + 1. It must be above every
+	// The epoch to move to. 0 means the next one free: above from_epoch and
+	// every epoch allocated to any cluster (EpochStatus.allocated_epoch). It
+	// must be above every
 	// epoch this lockd has seen (EpochStatus.highest_epoch) and, for a store
 	// without a record, above every epoch ever issued on the key space: the
 	// operators state it (docs/operating.md says where to find it).
-	ToEpoch       uint32 `protobuf:"varint,3,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
+	ToEpoch uint32 `protobuf:"varint,3,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
+	// The cluster whose epoch moves (as lockctl clusters names it); required
+	// when lockd fronts more than one.
+	Cluster       string `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3144,6 +3199,13 @@ func (x *RequestEpochAdvanceRequest) GetToEpoch() uint32 {
 	return 0
 }
 
+func (x *RequestEpochAdvanceRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 // RequestEpochAdvanceResponse is the pending request.
 type RequestEpochAdvanceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3154,7 +3216,9 @@ type RequestEpochAdvanceResponse struct {
 	Reason    string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The epoch the approval moves to.
-	ToEpoch       uint32 `protobuf:"varint,6,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
+	ToEpoch uint32 `protobuf:"varint,6,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"`
+	// The cluster whose epoch moves.
+	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3231,6 +3295,13 @@ func (x *RequestEpochAdvanceResponse) GetToEpoch() uint32 {
 	return 0
 }
 
+func (x *RequestEpochAdvanceResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 // ApproveEpochAdvanceRequest names a pending request.
 type ApproveEpochAdvanceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3290,8 +3361,10 @@ type ApproveEpochAdvanceResponse struct {
 	// holders of the old epoch have lost their holds before anyone else is
 	// granted. An Acquire waiting across it is granted when it ends.
 	GrantsResumeIn *durationpb.Duration `protobuf:"bytes,6,opt,name=grants_resume_in,json=grantsResumeIn,proto3" json:"grants_resume_in,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The cluster whose epoch moved.
+	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
@@ -3364,6 +3437,13 @@ func (x *ApproveEpochAdvanceResponse) GetGrantsResumeIn() *durationpb.Duration {
 		return x.GrantsResumeIn
 	}
 	return nil
+}
+
+func (x *ApproveEpochAdvanceResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
 }
 
 // ClassStatsRequest asks for per-class statistics.
@@ -4448,8 +4528,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x0elast_keepalive\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rlastKeepalive\x127\n" +
 	"\tremaining\x18\a \x01(\v2\x19.google.protobuf.DurationR\tremaining\"D\n" +
 	"\x14ListSessionsResponse\x12,\n" +
-	"\bsessions\x18\x01 \x03(\v2\x10.lock.v1.SessionR\bsessions\"\x14\n" +
-	"\x12EpochStatusRequest\"\xa6\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x10.lock.v1.SessionR\bsessions\".\n" +
+	"\x12EpochStatusRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xb9\x03\n" +
 	"\x13EpochStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12*\n" +
 	"\x11record_cluster_id\x18\x02 \x01(\x04R\x0frecordClusterId\x12(\n" +
@@ -4458,7 +4539,12 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
 	"\rsealed_reason\x18\x06 \x01(\tR\fsealedReason\x12%\n" +
 	"\x0erecord_missing\x18\a \x01(\bR\rrecordMissing\x12#\n" +
-	"\rhighest_epoch\x18\b \x01(\rR\fhighestEpoch\"\x15\n" +
+	"\rhighest_epoch\x18\b \x01(\rR\fhighestEpoch\x12\x18\n" +
+	"\acluster\x18\t \x01(\tR\acluster\x128\n" +
+	"\bclusters\x18\n" +
+	" \x03(\v2\x1c.lock.v1.EpochStatusResponseR\bclusters\x12'\n" +
+	"\x0fallocated_epoch\x18\v \x01(\rR\x0eallocatedEpoch\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\"\x15\n" +
 	"\x13ListClustersRequest\"\xc3\x02\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4485,12 +4571,13 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12#\n" +
-	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\"n\n" +
+	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\"\x88\x01\n" +
 	"\x1aRequestEpochAdvanceRequest\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x01 \x01(\rR\tfromEpoch\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
-	"\bto_epoch\x18\x03 \x01(\rR\atoEpoch\"\xd8\x01\n" +
+	"\bto_epoch\x18\x03 \x01(\rR\atoEpoch\x12\x18\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\"\xf2\x01\n" +
 	"\x1bRequestEpochAdvanceResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -4499,9 +4586,10 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x129\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x19\n" +
-	"\bto_epoch\x18\x06 \x01(\rR\atoEpoch\",\n" +
+	"\bto_epoch\x18\x06 \x01(\rR\atoEpoch\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\",\n" +
 	"\x1aApproveEpochAdvanceRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xf6\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x90\x02\n" +
 	"\x1bApproveEpochAdvanceResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\rR\x05epoch\x12\x1d\n" +
 	"\n" +
@@ -4509,7 +4597,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\rholds_deleted\x18\x03 \x01(\x03R\fholdsDeleted\x12\x1c\n" +
 	"\trequester\x18\x04 \x01(\tR\trequester\x12\x1a\n" +
 	"\bapprover\x18\x05 \x01(\tR\bapprover\x12C\n" +
-	"\x10grants_resume_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0egrantsResumeIn\"\x13\n" +
+	"\x10grants_resume_in\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x0egrantsResumeIn\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\"\x13\n" +
 	"\x11ClassStatsRequest\">\n" +
 	"\x12ClassStatsResponse\x12(\n" +
 	"\x05stats\x18\x01 \x03(\v2\x12.lock.v1.ClassStatR\x05stats\"\xce\x02\n" +
@@ -4761,77 +4850,78 @@ var file_lock_v1_lock_proto_depIdxs = []int32{
 	59, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
 	60, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	40, // 31: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
-	59, // 32: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 33: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
-	50, // 34: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	60, // 35: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	60, // 36: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 37: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	59, // 38: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 39: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
-	55, // 40: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	59, // 41: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
-	11, // 42: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	59, // 43: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
-	11, // 44: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	59, // 45: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	60, // 46: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	59, // 47: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 48: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
-	58, // 49: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
-	60, // 50: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
-	12, // 51: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 52: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 53: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 54: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 55: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 56: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 57: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 58: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	53, // 59: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	56, // 60: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
-	34, // 61: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 62: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	48, // 63: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	51, // 64: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 65: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 66: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
-	42, // 67: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	44, // 68: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	46, // 69: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 70: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 71: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 72: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 73: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 74: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 75: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 76: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 77: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 78: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 79: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 80: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 81: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	54, // 82: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	57, // 83: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
-	36, // 84: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 85: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	49, // 86: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	52, // 87: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 88: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	41, // 89: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
-	43, // 90: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	45, // 91: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	47, // 92: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 93: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 94: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 95: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 96: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	74, // [74:97] is the sub-list for method output_type
-	51, // [51:74] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	38, // 31: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
+	40, // 32: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
+	59, // 33: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 34: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	50, // 35: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	60, // 36: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	60, // 37: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 38: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	59, // 39: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 40: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 41: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
+	59, // 42: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	11, // 43: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
+	59, // 44: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	11, // 45: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
+	59, // 46: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	60, // 47: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	59, // 48: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 49: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	58, // 50: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
+	60, // 51: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	12, // 52: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 53: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 54: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 55: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 56: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 57: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 58: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 59: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	53, // 60: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	56, // 61: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	34, // 62: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 63: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	48, // 64: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	51, // 65: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 66: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 67: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
+	42, // 68: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	44, // 69: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	46, // 70: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 71: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 72: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 73: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 74: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 75: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 76: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 77: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 78: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 79: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 80: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 81: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 82: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	54, // 83: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	57, // 84: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	36, // 85: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 86: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	49, // 87: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	52, // 88: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 89: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	41, // 90: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
+	43, // 91: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	45, // 92: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	47, // 93: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 94: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 95: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 96: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 97: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	75, // [75:98] is the sub-list for method output_type
+	52, // [52:75] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }

@@ -2,6 +2,7 @@
 package approve
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -85,15 +86,22 @@ func confirm(ctx context.Context, opts *Options, c *client.Client) error {
 	w := opts.IO.ErrOut
 	if st, err := c.AdminService().EpochStatus(ctx, &lockv1.EpochStatusRequest{}); err == nil {
 		v := status.NewView(st)
-		fmt.Fprintf(w, "Current epoch %d (record cluster %s, store cluster %s, sealed: %s).\n",
-			v.Epoch, v.RecordClusterID, v.StoreClusterID, cmdutil.YesNo(v.Sealed))
-		fmt.Fprintf(w, "Advancing to epoch %d deletes EVERY hold: all holders lose their locks now.\n", v.Epoch+1)
+		clusters := v.Clusters
+		if len(clusters) == 0 {
+			clusters = []*status.View{v}
+		}
+		for _, c := range clusters {
+			fmt.Fprintf(w, "Cluster %s: epoch %d (record cluster %s, store cluster %s, sealed: %s).\n",
+				cmp.Or(c.Cluster, "-"), c.Epoch, c.RecordClusterID, c.StoreClusterID, cmdutil.YesNo(c.Sealed))
+		}
+		fmt.Fprintln(w, "Advancing deletes EVERY hold of the request's cluster: all its holders lose their locks now.")
 	}
 	return cmdutil.ConfirmYes(opts.IO.In, w, "approve request "+opts.ID, "the epoch was not advanced")
 }
 
 // View is the result of an advance. The cluster ID is a hex string.
 type View struct {
+	Cluster      string `json:"cluster,omitempty"`
 	Epoch        uint32 `json:"epoch"`
 	ClusterID    string `json:"cluster_id"`
 	HoldsDeleted int64  `json:"holds_deleted"`
@@ -105,12 +113,15 @@ type View struct {
 
 // NewView converts an ApproveEpochAdvanceResponse.
 func NewView(r *lockv1.ApproveEpochAdvanceResponse) *View {
-	return &View{Epoch: r.GetEpoch(), ClusterID: status.Hex(r.GetClusterId()), HoldsDeleted: r.GetHoldsDeleted(),
+	return &View{Cluster: r.GetCluster(), Epoch: r.GetEpoch(), ClusterID: status.Hex(r.GetClusterId()), HoldsDeleted: r.GetHoldsDeleted(),
 		Requester: r.GetRequester(), Approver: r.GetApprover(), GrantsResumeIn: r.GetGrantsResumeIn().AsDuration().String()}
 }
 
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
+	if v.Cluster != "" {
+		t.Field("Cluster", printer.Cell{Text: v.Cluster})
+	}
 	t.Field("Epoch", printer.Cell{Text: strconv.FormatUint(uint64(v.Epoch), 10)})
 	t.Field("Cluster ID", printer.Cell{Text: v.ClusterID})
 	t.Field("Holds deleted", printer.Cell{Text: strconv.FormatInt(v.HoldsDeleted, 10)})

@@ -26,13 +26,16 @@ type Options struct {
 
 	From, To uint32
 	Reason   string
+	// Cluster is the etcd cluster whose epoch moves; required when lockd
+	// fronts several.
+	Cluster string
 }
 
 // NewCmdRequest returns `lockctl epoch advance request`.
 func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Client: f.Client, Printer: f.Printer, Timeout: 30 * time.Second}
 	cmd := &cobra.Command{
-		Use:   "request --from <epoch> [--to <epoch>] --reason <text>",
+		Use:   "request [--cluster <name>] --from <epoch> [--to <epoch>] --reason <text>",
 		Short: "Ask for a new epoch (operators; a second operator approves)",
 		Long: cmdutil.Doc(`
 			Record a request to advance the epoch from --from, the epoch shown by
@@ -45,13 +48,20 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			every epoch ever issued on it (docs/operating.md says where to find the
 			last one: lockd's data dir, its logs and metrics, the tokens your fenced
 			resources stored). lockd refuses a --to not above the highest epoch it
-			has seen.
+			has seen, or not above the highest allocated to any cluster.
+
+			Each etcd cluster lockd fronts has its own epoch: name it with --cluster
+			(lockctl clusters lists them; required when there are several). Epoch
+			numbers are allocated from one counter, so the next epoch of a cluster
+			may be above its --from + 1: --to defaults to the next one free.
 		`),
 		Example: cmdutil.Example(`
 			$ lockctl epoch status
 			$ lockctl epoch advance request --from 3 --reason "restored etcd from the 02:00 snapshot (INC-1234)"
 			# A store rebuilt empty, whose last epoch was 7:
 			$ lockctl epoch advance request --from 0 --to 8 --reason "etcd rebuilt after losing all disks (INC-1250)"
+			# The entity tier's cluster, restored:
+			$ lockctl epoch advance request --cluster eu-west-entity --from 5 --reason "restored (INC-1301)"
 		`),
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,7 +82,7 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 				return runF(opts)
 			}
 			return cmdutil.Call(cmd.Context(), opts.Client, opts.Timeout, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.AdminService().RequestEpochAdvance(ctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: opts.From, ToEpoch: opts.To, Reason: opts.Reason})
+				resp, err := c.AdminService().RequestEpochAdvance(ctx, &lockv1.RequestEpochAdvanceRequest{Cluster: opts.Cluster, FromEpoch: opts.From, ToEpoch: opts.To, Reason: opts.Reason})
 				if err != nil {
 					return err
 				}
@@ -83,12 +93,14 @@ func NewCmdRequest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 	cmd.Flags().Uint32Var(&opts.From, "from", 0, "the epoch to advance from (required; 0 when the store has no epoch record)")
 	cmd.Flags().Uint32Var(&opts.To, "to", 0, "the epoch to advance to (default: the next; required with --from 0)")
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why the epoch advances, recorded in lockd's log (required)")
+	cmd.Flags().StringVar(&opts.Cluster, "cluster", "", "the etcd cluster whose epoch moves (`lockctl clusters`; required when lockd fronts several)")
 	return cmd
 }
 
 // View is a pending epoch advance.
 type View struct {
 	ID        string    `json:"id"`
+	Cluster   string    `json:"cluster,omitempty"`
 	From      uint32    `json:"from_epoch"`
 	To        uint32    `json:"to_epoch"`
 	Requester string    `json:"requester"`
@@ -98,12 +110,15 @@ type View struct {
 
 // NewView converts a RequestEpochAdvanceResponse.
 func NewView(r *lockv1.RequestEpochAdvanceResponse) *View {
-	return &View{ID: r.GetId(), From: r.GetFromEpoch(), To: r.GetToEpoch(), Requester: r.GetRequester(), Reason: r.GetReason(), ExpiresAt: cmdutil.Time(r.GetExpiresAt())}
+	return &View{ID: r.GetId(), Cluster: r.GetCluster(), From: r.GetFromEpoch(), To: r.GetToEpoch(), Requester: r.GetRequester(), Reason: r.GetReason(), ExpiresAt: cmdutil.Time(r.GetExpiresAt())}
 }
 
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
 	t.Field("Request", printer.Cell{Text: v.ID})
+	if v.Cluster != "" {
+		t.Field("Cluster", printer.Cell{Text: v.Cluster})
+	}
 	t.Field("From epoch", printer.Cell{Text: strconvU(v.From)})
 	t.Field("To epoch", printer.Cell{Text: strconvU(v.To)})
 	t.Field("Requester", printer.Cell{Text: v.Requester})
