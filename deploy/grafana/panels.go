@@ -3,7 +3,8 @@ package grafana
 // The dashboards. Metric names and labels are lockd's (internal/arbiter and
 // internal/audit metrics.go, docs/operating.md "Metrics") and etcd 3.6's.
 // Store-wide gauges (lockd_sessions, lockd_holds) are exported alike by
-// every lockd: they are aggregated with max, never sum.
+// every lockd: they are aggregated with max over lockds, never sum; holds
+// are per etcd cluster, so summed over clusters after that max.
 
 // Dashboards are the dashboards under deploy/grafana, in file-name order.
 func Dashboards() []Dashboard {
@@ -65,9 +66,9 @@ var overviewDashboard = Dashboard{
 		},
 		{
 			Title:       "Holds",
-			Description: "Keys held in the store by namespace (refreshed every 15 s); every lockd exports the same store-wide count, so this is the max over lockds.",
+			Description: "Keys held by namespace (refreshed every 15 s); every lockd exports the same count per etcd cluster, so this is the max over lockds, summed over clusters.",
 			Unit:        "short", Width: 6,
-			Targets: []Target{{`max by (namespace) (lockd_holds)`, "{{namespace}}"}},
+			Targets: []Target{{`sum by (namespace) (max by (namespace, cluster) (lockd_holds))`, "{{namespace}}"}},
 		},
 		{
 			Title:       "Keepalive failures and uncredited keepalives",
@@ -209,9 +210,9 @@ var namespaceDashboard = Dashboard{
 		},
 		{
 			Title:       "Holds",
-			Description: "Keys of this namespace held in the store (refreshed every 15 s, the same on every lockd, so the max).",
+			Description: "Keys of this namespace held (refreshed every 15 s, the same on every lockd, so the max per etcd cluster, summed over clusters).",
 			Unit:        "short", Width: 8,
-			Targets: []Target{{`max(lockd_holds{namespace="$namespace"})`, "holds"}},
+			Targets: []Target{{`sum(max by (cluster) (lockd_holds{namespace="$namespace"}))`, "holds"}},
 		},
 		{
 			Title:       "Open sessions",

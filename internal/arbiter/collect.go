@@ -28,6 +28,46 @@ func (a *Arbiter) collectLoop(ctx context.Context, c *cell, every time.Duration)
 func (a *Arbiter) collect(ctx context.Context, c *cell) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if c == a.home { // sessions' records live in the home cell
+		if err := a.collectSessions(ctx, cctx, c); err != nil {
+			return err
+		}
+	}
+	// Expiries are exported at 0 for every namespace from the start, so
+	// increase() sees a namespace's first expiry as a step up.
+	a.metrics.ExpiriesWithoutRelease.WithLabelValues("-")
+	for _, ns := range a.policy.Load().Classes.Namespaces() {
+		a.metrics.ExpiriesWithoutRelease.WithLabelValues(ns)
+		resp, err := c.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return storeErr(ctx, err)
+		}
+		a.metrics.Holds.WithLabelValues(ns, c.name).Set(float64(resp.Count))
+	}
+	// One read of the grace range: the epoch grace key and the open graces
+	// under it (recovery.go).
+	resp, err := c.cli.Get(cctx, graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	epochGrace, openGrace := 0.0, 0.0
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == graceKey {
+			epochGrace = 1
+		} else {
+			openGrace = 1
+		}
+	}
+	if c.holdingOff() {
+		openGrace = 1
+	}
+	a.metrics.graceActive.WithLabelValues(c.name).Set(epochGrace)
+	a.metrics.openGraceActive.WithLabelValues(c.name).Set(openGrace)
+	return nil
+}
+
+// collectSessions counts the session records in cell c by namespace.
+func (a *Arbiter) collectSessions(ctx, cctx context.Context, c *cell) error {
 	counts := map[string]float64{}
 	key, end := sessionPrefix, clientv3.GetPrefixRangeEnd(sessionPrefix)
 	for {
@@ -53,35 +93,5 @@ func (a *Arbiter) collect(ctx context.Context, c *cell) error {
 		}
 		a.metrics.Sessions.WithLabelValues(ns).Set(n)
 	}
-	// Expiries are exported at 0 for every namespace from the start, so
-	// increase() sees a namespace's first expiry as a step up.
-	a.metrics.ExpiriesWithoutRelease.WithLabelValues("-")
-	for _, ns := range a.policy.Load().Classes.Namespaces() {
-		a.metrics.ExpiriesWithoutRelease.WithLabelValues(ns)
-		resp, err := c.cli.Get(cctx, holdPrefix+ns+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			return storeErr(ctx, err)
-		}
-		a.metrics.Holds.WithLabelValues(ns).Set(float64(resp.Count))
-	}
-	// One read of the grace range: the epoch grace key and the open graces
-	// under it (recovery.go).
-	resp, err := c.cli.Get(cctx, graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return storeErr(ctx, err)
-	}
-	epochGrace, openGrace := 0.0, 0.0
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == graceKey {
-			epochGrace = 1
-		} else {
-			openGrace = 1
-		}
-	}
-	if c.holdingOff() {
-		openGrace = 1
-	}
-	a.metrics.graceActive.WithLabelValues(c.name).Set(epochGrace)
-	a.metrics.openGraceActive.WithLabelValues(c.name).Set(openGrace)
 	return nil
 }

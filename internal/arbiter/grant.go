@@ -478,10 +478,10 @@ func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Dura
 // served by.
 func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	start := time.Now()
-	ns, clsName := "-", "-"
+	ns, clsName, tier, cluster := "-", "-", "-", "-"
 	defer func() {
 		d := time.Since(start)
-		a.metrics.observeAcquire(ns, clsName, err, d)
+		a.metrics.observeAcquire(ns, clsName, tier, cluster, err, d)
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(tracing.AttrNamespace.String(ns), tracing.AttrClass.String(clsName),
 				tracing.Seconds(tracing.AttrWaitRequested, req.Wait), tracing.Seconds(tracing.AttrWaited, d))
@@ -511,6 +511,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
 	}
 	c := a.cellFor(cls)
+	tier, cluster = string(cls.Tier), c.name
 	if st := c.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}

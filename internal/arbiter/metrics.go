@@ -81,7 +81,8 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 	m := &Metrics{
 		code: code,
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lockd_grants_total", Help: "Holds granted."}, []string{"namespace", "class"}),
+			Name: "lockd_grants_total", Help: "Holds granted, by the class's tier and the etcd cluster that granted them."},
+			[]string{"namespace", "class", "tier", "cluster"}),
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_acquires_total", Help: "Acquire calls by outcome (gRPC code)."}, []string{"namespace", "class", "code"}),
 		grantLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -112,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		Sessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lockd_sessions", Help: "Open sessions in the store, by the namespace of their identity."}, []string{"namespace"}),
 		Holds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "lockd_holds", Help: "Holds in the store."}, []string{"namespace"}),
+			Name: "lockd_holds", Help: "Holds in the etcd cluster."}, []string{"namespace", "cluster"}),
 		ExpiriesWithoutRelease: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_expiries_without_release_total", Help: "Sessions opened here that ended by expiry rather than close."},
 			[]string{"namespace"}),
@@ -195,10 +196,12 @@ func (r *readAges) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
-func (m *Metrics) observeAcquire(ns, cls string, err error, d time.Duration) {
+// observeAcquire counts one Acquire of a key of class ns/cls, served by
+// tier and cluster ("-" when refused before its class was known).
+func (m *Metrics) observeAcquire(ns, cls, tier, cluster string, err error, d time.Duration) {
 	m.acquires.WithLabelValues(ns, cls, m.code(err).String()).Inc()
 	if err == nil {
-		m.grants.WithLabelValues(ns, cls).Inc()
+		m.grants.WithLabelValues(ns, cls, tier, cluster).Inc()
 		m.grantLatency.WithLabelValues(ns, cls).Observe(d.Seconds())
 	}
 }

@@ -54,6 +54,22 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 	if seen == 0 {
 		t.Fatal("no labelled metrics gathered")
 	}
+	// A grant says the tier of its class and the etcd cluster it was made on.
+	grants := map[string]string{}
+	for _, mf := range mfs {
+		if mf.GetName() != "lockd_grants_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				grants[lp.GetName()] = lp.GetValue()
+			}
+		}
+	}
+	// lockd names its embedded etcd "embedded".
+	if grants["class"] != "std" || grants["tier"] != "entity" || grants["cluster"] != "embedded" {
+		t.Fatalf("lockd_grants_total labels = %v; want class std, tier entity, cluster embedded", grants)
+	}
 }
 
 // TestEpochGaugesForAlerts: the gauges the grace and quorum alerts read,
