@@ -346,6 +346,11 @@ func TestConsoleColour(t *testing.T) {
 func TestConsoleBanners(t *testing.T) {
 	sealed := sampleWithClasses()
 	sealed.Epoch = &lockv1.EpochStatusResponse{Epoch: 3, Sealed: true, SealedReason: "the store's cluster ID changed (a restore)"}
+	sealedEntity := sampleWithClasses()
+	sealedEntity.Epoch = &lockv1.EpochStatusResponse{Cluster: "eu-west-coord", Epoch: 3, Clusters: []*lockv1.EpochStatusResponse{
+		{Cluster: "eu-west-coord", Epoch: 3},
+		{Cluster: "eu-west-entity", Epoch: 4, Sealed: true, SealedReason: "the store's cluster ID changed (a restore)"},
+	}}
 	open := sampleWithClasses()
 	open.Stats = &lockv1.ClassStatsResponse{Stats: append([]*lockv1.ClassStat{
 		{Namespace: "payments", Class: "cache", Grants: 9, UnprotectedGrants: 4}}, open.Stats.GetStats()...)}
@@ -356,6 +361,7 @@ func TestConsoleBanners(t *testing.T) {
 		want string
 	}{
 		{"sealed", sealed, nil, " SEALED  lockd refuses every grant until operators advance the epoch: the store's cluster ID changed"},
+		{"sealed-cluster", sealedEntity, nil, " SEALED  cluster eu-west-entity: lockd refuses every grant of its keys until operators"},
 		{"unprotected", open, nil, " UNPROTECTED  unprotected grants (token 0, made without an etcd quorum) since this lockd started: 4 of payments/cache"},
 		{"unreachable", Data{}, status.Error(codes.Unavailable, "connection refused"), " LOCKD UNREACHABLE  showing the last good data, from 12:00:00"},
 		{"refresh-failed", Data{}, status.Error(codes.PermissionDenied, "denied"), " REFRESH FAILED  showing the last good data"},

@@ -58,9 +58,18 @@ type Snapshot struct {
 	// Sealed: lockd refuses every grant until operators advance the epoch.
 	Sealed       bool   `json:"sealed,omitempty"`
 	SealedReason string `json:"sealed_reason,omitempty"`
+	// SealedClusters, when lockd fronts several etcd clusters, are those
+	// sealed: only their keys are refused.
+	SealedClusters []SealedCluster `json:"sealed_clusters,omitempty"`
 	// NoHistory: lockd keeps no audit history, so the last-hour columns
 	// are empty.
 	NoHistory bool `json:"no_history,omitempty"`
+}
+
+// SealedCluster is one sealed etcd cluster and why.
+type SealedCluster struct {
+	Cluster string `json:"cluster"`
+	Reason  string `json:"reason"`
 }
 
 // Sort orders.
@@ -89,6 +98,17 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 	resp := d.Holds
 	s := &Snapshot{At: now, Truncated: resp.GetTruncated(), Classes: []ClassRow{}, Hot: []HotKey{},
 		Sealed: d.Epoch.GetSealed(), SealedReason: d.Epoch.GetSealedReason(), NoHistory: d.History == nil}
+	if cs := d.Epoch.GetClusters(); len(cs) > 1 {
+		for _, c := range cs {
+			if c.GetSealed() {
+				s.SealedClusters = append(s.SealedClusters, SealedCluster{Cluster: c.GetCluster(), Reason: c.GetSealedReason()})
+			}
+		}
+		s.Sealed = len(s.SealedClusters) > 0
+		if s.Sealed {
+			s.SealedReason = s.SealedClusters[0].Reason
+		}
+	}
 	rows := map[string]*ClassRow{}
 	for _, st := range d.Stats.GetStats() {
 		ref := st.GetNamespace() + "/" + st.GetClass()
@@ -299,7 +319,12 @@ func (s *Snapshot) unprotected() string {
 // Notes implements printer.Noter.
 func (s *Snapshot) Notes() []string {
 	var n []string
-	if s.Sealed {
+	switch {
+	case len(s.SealedClusters) > 0:
+		for _, c := range s.SealedClusters {
+			n = append(n, "cluster "+c.Cluster+" is sealed, every grant of its keys is refused until operators advance its epoch: "+c.Reason)
+		}
+	case s.Sealed:
 		n = append(n, "lockd is sealed, every grant is refused until operators advance the epoch: "+s.SealedReason)
 	}
 	if u := s.unprotected(); u != "" {

@@ -66,7 +66,13 @@ func (m model) banners() []string {
 			out = append(out, strings.Repeat(" ", len(badge)+3)+l)
 		}
 	}
-	if m.snap != nil && m.snap.Sealed {
+	switch {
+	case m.snap != nil && len(m.snap.SealedClusters) > 0:
+		for _, c := range m.snap.SealedClusters {
+			banner(m.st.alarm, "SEALED", "cluster "+c.Cluster+": lockd refuses every grant of its keys until operators advance its epoch: "+
+				c.Reason+" (lockctl epoch status --cluster "+c.Cluster+")")
+		}
+	case m.snap != nil && m.snap.Sealed:
 		banner(m.st.alarm, "SEALED", "lockd refuses every grant until operators advance the epoch: "+
 			m.snap.SealedReason+" (lockctl epoch status)")
 	}
