@@ -259,7 +259,7 @@ func (a *Arbiter) listHoldsIn(ctx context.Context, c *cell, caller identity.Call
 			if err != nil {
 				return nil, err
 			}
-			info := HoldInfo{Key: k, Waiters: c.memory.len(k) + c.durables.len(k)}
+			info := HoldInfo{Key: k, Waiters: c.waiting(k)}
 			a.fillHold(&info, caller, c, h, kv.ModRevision)
 			out = append(out, info)
 		}

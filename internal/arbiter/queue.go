@@ -291,10 +291,10 @@ func (m *memoryLine) wakeHead(key string) {
 
 // QueueLen is the number of waiters queued for key on this arbiter, in
 // its memory and in the key's durable line.
-func (a *Arbiter) QueueLen(key string) int {
-	c := a.cellOfKey(key)
-	return c.memory.len(key) + c.durables.len(key)
-}
+func (a *Arbiter) QueueLen(key string) int { return a.cellOfKey(key).waiting(key) }
+
+// waiting is the number of waiters queued for key in the cell's lines.
+func (c *cell) waiting(key string) int { return c.memory.len(key) + c.durables.len(key) }
 
 // stop ends the queues' watches (at Close).
 func (m *memoryLine) stop() {

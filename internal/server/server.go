@@ -397,19 +397,26 @@ func (s *Server) EpochStatus(ctx context.Context, req *lockv1.EpochStatusRequest
 	if _, err := s.caller(ctx); err != nil {
 		return nil, err
 	}
-	st, err := s.arb.EpochStatus(ctx, req.GetCluster())
-	if err != nil {
+	if req.GetCluster() != "" {
+		st, err := s.arb.EpochStatus(ctx, req.GetCluster())
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return epochStatusProto(st), nil
+	}
+	// Every cluster, read once; the home (coord) cluster's is also the
+	// top level, as before there were several.
+	all := s.arb.EpochStatuses(ctx)
+	if err := all[0].Err; err != nil {
 		return nil, toStatus(err)
 	}
-	resp := epochStatusProto(st)
-	if req.GetCluster() == "" {
-		for _, c := range s.arb.EpochStatuses(ctx) {
-			pc := epochStatusProto(c.EpochStatus)
-			if c.Err != nil {
-				pc.Error = c.Err.Error()
-			}
-			resp.Clusters = append(resp.Clusters, pc)
+	resp := epochStatusProto(all[0].EpochStatus)
+	for _, c := range all {
+		pc := epochStatusProto(c.EpochStatus)
+		if c.Err != nil {
+			pc.Error = c.Err.Error()
 		}
+		resp.Clusters = append(resp.Clusters, pc)
 	}
 	return resp, nil
 }
