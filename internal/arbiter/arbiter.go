@@ -124,6 +124,26 @@ type Config struct {
 	// (a topology file's cluster name); Inspect says it for every key.
 	// Default DefaultCluster.
 	Cluster string
+	// Clusters are further etcd clusters, each serving the tiers it names;
+	// Client's cluster (the coord tier's) serves the rest and keeps the
+	// sessions, the epoch allocation counter and the open posture. A
+	// session that locks a key on one of them gets a lease there too (its
+	// holds there are on it), renewed by RenewLease.
+	Clusters []Cluster
+}
+
+// Cluster is an etcd cluster beyond Config.Client's.
+type Cluster struct {
+	// Name is the cluster's name, as operators know it (a DNS label).
+	Name string
+	// Client reaches it.
+	Client *clientv3.Client
+	// Tiers are the tiers whose keys live in it (not the coord tier).
+	Tiers []class.Tier
+	// StateFile and Bootstrap are as Config's, for this cluster. A first
+	// epoch it creates is allocated from the coord cluster's counter.
+	StateFile string
+	Bootstrap Bootstrap
 }
 
 // DefaultCluster names the cluster of a Config without one.
@@ -204,21 +224,38 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil, nil)
 	}
-	home := newCell(cellConfig{
+	base := cellConfig{
 		log:         log,
 		metrics:     metrics,
 		timeout:     cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
 		refresh:     cmp.Or(cfg.EpochRefresh, defaultEpochRefresh),
 		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
 		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
-		bootstrap:   cfg.Bootstrap,
 		monoBase:    time.Now(),
-		name:        cmp.Or(cfg.Cluster, DefaultCluster),
-		tiers:       []class.Tier{class.TierCoord, class.TierEntity},
-	}, cfg.Client, cfg.Leases, cfg.StateFile, floor)
+	}
+	homeCfg := base
+	homeCfg.name, homeCfg.bootstrap = cmp.Or(cfg.Cluster, DefaultCluster), cfg.Bootstrap
+	for _, t := range []class.Tier{class.TierCoord, class.TierEntity} {
+		if !slices.ContainsFunc(cfg.Clusters, func(cl Cluster) bool { return slices.Contains(cl.Tiers, t) }) {
+			homeCfg.tiers = append(homeCfg.tiers, t)
+		}
+	}
+	home := newCell(homeCfg, cfg.Client, cfg.Leases, cfg.StateFile, floor)
+	cells := []*cell{home}
+	for _, cl := range cfg.Clusters {
+		fl, err := loadWatermark(cl.StateFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Clusters[%s].StateFile: %w", ErrInvalidConfig, cl.Name, err)
+		}
+		cc := base
+		cc.name, cc.tiers, cc.bootstrap = cl.Name, slices.Clone(cl.Tiers), cl.Bootstrap
+		c := newCell(cc, cl.Client, nil, cl.StateFile, fl) // leases are renewed with cli's KeepAliveOnce
+		c.maxTTLSeen.Store(fl.MaxSessionTTL)
+		cells = append(cells, c)
+	}
 	a := &Arbiter{
 		home:            home,
-		cells:           []*cell{home},
+		cells:           cells,
 		operators:       map[string]bool{},
 		oidcOps:         cfg.OIDCOperators,
 		log:             log,
@@ -236,6 +273,9 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	}
 	for _, c := range a.cells {
 		c.memory, c.durables = newMemoryLine(a, c), newDurableLine(a, c)
+		if c != home {
+			c.allocate = a.allocateFirst
+		}
 	}
 	home.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
@@ -315,6 +355,10 @@ func (a *Arbiter) Start(ctx context.Context) error {
 		go func() { defer a.wg.Done(); c.refreshEpochLoop(a.bg) }()
 		go func() { defer a.wg.Done(); a.collectLoop(a.bg, c, 15*time.Second) }()
 		go func() { defer a.wg.Done(); a.watchForced(a.bg, c) }()
+		if c != a.home {
+			a.wg.Add(1)
+			go func() { defer a.wg.Done(); c.watchLeases(a.bg) }()
+		}
 	}
 	if a.home.open != nil {
 		a.wg.Add(1)

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,16 +23,17 @@ import (
 // The arbiter routes to cells (Arbiter.cellFor, cellOfKey): a grant, a
 // release, a token check, an inspection and a force-release go to the
 // key's cell; force requests live there, beside the hold they name. The
-// home cell (the coord tier's) also keeps the sessions' leases, the epoch
-// operators advance and the open posture. The policy, operators, quotas
+// home cell (the coord tier's) also keeps the sessions, the epoch
+// allocation counter and the open posture; in any other cell a session
+// that holds keys there has a lease of its own (clusterlease.go). The policy, operators, quotas
 // (the waiter quota among them), region and the session table stay with
 // the arbiter.
 type cell struct {
 	cellConfig
 
 	cli    *clientv3.Client
-	leases pb.LeaseClient
-	admin  adminKV // the admin operations' limited view of etcd
+	leases pb.LeaseClient // the home cell's: session keepalives are forwarded on it
+	admin  adminKV        // the admin operations' limited view of etcd
 
 	epoch atomic.Pointer[epochState]
 	// epochMu serialises epoch state changes and the state file;
@@ -58,6 +60,10 @@ type cell struct {
 	memory   *memoryLine
 	durables *durableLine
 
+	// sessionLeases are the sessions' leases on this cluster, when it is not the
+	// home one (clusterlease.go).
+	sessionLeases clusterLeases
+
 	open *openState // the open posture; nil without a spool
 	// readsFailing is when epoch reads started failing, as time since
 	// monoBase plus one; 0 while they succeed (noQuorumFor).
@@ -83,6 +89,9 @@ type cellConfig struct {
 	poll        time.Duration
 	maxEpochAge time.Duration
 	bootstrap   Bootstrap
+	// allocate, for a cell other than the home one, allocates the first
+	// epoch it bootstraps from the coord cluster's counter.
+	allocate func(ctx context.Context, atLeast uint32) (uint32, error)
 	// monoBase is the base of the monotonic times the cell keeps as
 	// durations (readsFailing, holdOffUntil).
 	monoBase time.Time

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
@@ -80,6 +82,36 @@ func (cfg *Config) validate(policy *Policy) error {
 	}
 	if cfg.Cluster != "" && !lockkey.IsDNSLabel(cfg.Cluster) {
 		add("Cluster", "must be a DNS label (as a topology's cluster name), got %q", cfg.Cluster)
+	}
+	names := map[string]bool{cmp.Or(cfg.Cluster, DefaultCluster): true}
+	tiers := map[class.Tier]string{}
+	for i, cl := range cfg.Clusters {
+		f := fmt.Sprintf("Clusters[%d]", i)
+		switch {
+		case !lockkey.IsDNSLabel(cl.Name):
+			add(f+".Name", "must be a DNS label (as a topology's cluster name), got %q", cl.Name)
+		case names[cl.Name]:
+			add(f+".Name", "%q names two clusters (Cluster is the coord cluster's name)", cl.Name)
+		}
+		names[cl.Name] = true
+		if cl.Client == nil {
+			add(f+".Client", "required (the etcd client of cluster %q)", cl.Name)
+		}
+		if len(cl.Tiers) == 0 {
+			add(f+".Tiers", "must name the tiers cluster %q serves", cl.Name)
+		}
+		for _, t := range cl.Tiers {
+			switch {
+			case t == class.TierCoord:
+				add(f+".Tiers", "the coord tier stays on Client's cluster (it keeps the sessions and the epoch counter)")
+			case t != class.TierEntity:
+				add(f+".Tiers", "unknown tier %q (one of: entity)", t)
+			case tiers[t] != "":
+				add(f+".Tiers", "tier %s is served by cluster %q already", t, tiers[t])
+			default:
+				tiers[t] = cl.Name
+			}
+		}
 	}
 	for r := range cfg.RegionEndpoints {
 		if !lockkey.IsDNSLabel(r) {

@@ -54,6 +54,27 @@ func TestNewValidatesConfig(t *testing.T) {
 		{name: "empty operator", edit: func(c *Config) { c.Operators = []string{"spiffe://example.org/ops", ""} },
 			want: []string{`Operators[1]: "" is not a SPIFFE ID`}},
 		{name: "operator not a SPIFFE ID", edit: func(c *Config) { c.Operators = []string{"ops"} }, want: []string{`Operators[0]: "ops" is not a SPIFFE ID`}},
+		{name: "an entity cluster", edit: func(c *Config) {
+			c.Clusters = []Cluster{{Name: "entity-1", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}}}
+		}},
+		{name: "clusters it cannot use", edit: func(c *Config) {
+			c.Cluster = "coord"
+			c.Clusters = []Cluster{
+				{Name: "coord", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierCoord}},
+				{Name: "Bad_Name", Tiers: []class.Tier{"bulk"}},
+				{Name: "e1", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}},
+				{Name: "e2", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}},
+				{Name: "e3", Client: &clientv3.Client{}},
+			}
+		}, want: []string{
+			`Clusters[0].Name: "coord" names two clusters`,
+			"Clusters[0].Tiers: the coord tier stays on Client's cluster",
+			`Clusters[1].Name: must be a DNS label`,
+			`Clusters[1].Client: required`,
+			`Clusters[1].Tiers: unknown tier "bulk"`,
+			`Clusters[3].Tiers: tier entity is served by cluster "e1" already`,
+			`Clusters[4].Tiers: must name the tiers cluster "e3" serves`,
+		}},
 		{name: "every violation at once", edit: func(c *Config) { c.Client, c.RequestTimeout, c.ValidateBurst = nil, -1, -1 },
 			want: []string{"Client: required", "RequestTimeout: must be positive", "ValidateBurst: must be positive"}},
 	}

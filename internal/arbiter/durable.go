@@ -71,7 +71,7 @@ func newDurableLine(a *Arbiter, c *cell) *durableLine {
 func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
 	a := dl.a
 	c := dl.c
-	sess, err := a.sessionFor(ctx, req, cls)
+	sess, err := a.sessionFor(ctx, c, req, cls)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -88,7 +88,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 	}
 	att, err := d.attempt(ctx, first)
 	if err != nil {
-		return Grant{}, a.sessionGone(req.Session, err)
+		return Grant{}, a.sessionGone(c, req.Session, err)
 	}
 	if att.granted {
 		return c.releaseIfGone(ctx, req, att.grant)
@@ -106,7 +106,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 		if d.pos.qk != "" {
 			// In line from an earlier request: its own try at that place.
 			if att, err = d.attempt(ctx, d.pos); err != nil {
-				return Grant{}, a.sessionGone(req.Session, err)
+				return Grant{}, a.sessionGone(c, req.Session, err)
 			}
 			if att.granted {
 				return c.releaseIfGone(ctx, req, att.grant)
@@ -124,7 +124,7 @@ func (dl *durableLine) acquire(ctx context.Context, req AcquireRequest, cls *cla
 	if !att.joined {
 		// Resuming a place this session already had: move its deadline.
 		if err := d.join(ctx, att.own, deadline); err != nil {
-			return Grant{}, a.sessionGone(req.Session, err)
+			return Grant{}, a.sessionGone(c, req.Session, err)
 		}
 	}
 	return d.wait(ctx, deadline)
@@ -237,7 +237,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 		case err != nil && ctx.Err() == nil && errors.Is(err, ErrUnavailable):
 			// The store did not answer; keep the place and try again.
 		case err != nil:
-			return d.quit(ctx, a.sessionGone(d.req.Session, err))
+			return d.quit(ctx, a.sessionGone(c, d.req.Session, err))
 		case att.granted:
 			return c.releaseIfGone(ctx, d.req, att.grant)
 		default:
@@ -257,7 +257,7 @@ func (d *durable) wait(ctx context.Context, deadline time.Time) (Grant, error) {
 				c.log.Info("durable waiter lost its place; joining the line again", "key", d.req.Key, "session", d.req.Session)
 				d.pos = linePos{}
 				if err := d.join(ctx, nil, deadline); err != nil {
-					return Grant{}, a.sessionGone(d.req.Session, err)
+					return Grant{}, a.sessionGone(c, d.req.Session, err)
 				}
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -205,6 +206,11 @@ func (c *cell) initEpoch(ctx context.Context) error {
 			return err
 		}
 		first, ok := c.bootstrapEpoch(o)
+		if !o.found && ok && c.allocate != nil {
+			if first, err = c.allocate(ctx, first); err != nil {
+				return err
+			}
+		}
 		if o.found || !ok {
 			c.epochMu.Lock()
 			st := nextEpoch(nil, o, c.floor)
@@ -523,7 +529,31 @@ func (c *cell) epochStatus(rev int64) EpochStatus {
 
 // highestEpoch is the highest epoch known to this arbiter.
 func (c *cell) highestEpoch() uint32 {
-	return max(c.epoch.Load().epoch, c.floor.Epoch)
+	if st := c.epoch.Load(); st != nil {
+		return max(st.epoch, c.floor.Epoch)
+	}
+	return c.floor.Epoch
+}
+
+// allocateFirst allocates the first epoch of a cluster other than the
+// coord's from the counter: at least atLeast, above every epoch allocated
+// or known here, so that no two clusters ever share one.
+func (a *Arbiter) allocateFirst(ctx context.Context, atLeast uint32) (uint32, error) {
+	for range 3 {
+		cur, err := a.allocatedEpoch(ctx)
+		if err != nil {
+			return 0, err
+		}
+		to := max(cur, a.highestEpoch(), atLeast-1) + 1
+		err = a.allocateEpoch(ctx, to)
+		if err == nil {
+			return to, nil
+		}
+		if !errors.Is(err, ErrEpochMoved) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: the epoch counter kept moving", ErrUnavailable)
 }
 
 // EpochRequest is a pending request to advance the epoch.

@@ -215,7 +215,7 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
 			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
 		}
-		a.forgetSession(fr.Session)
+		a.forgetIn(c, fr.Session)
 	}
 	c.memory.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()

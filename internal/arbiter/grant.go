@@ -35,6 +35,19 @@ type AcquireRequest struct {
 	Class string
 	// Wait is how long to wait in line; zero tries once.
 	Wait time.Duration
+	// ClusterLeases are the session's leases on clusters other than the
+	// coord's that the caller renews already, by cluster (from earlier
+	// grants' ClusterLease). A grant on a lease not named here says how
+	// long it lives (Grant.ClusterTTL).
+	ClusterLeases map[string]int64
+	// RetiredLeases are leases the caller gave up at their deadline, by
+	// cluster: it counts their holds lost, so such a lease is revoked, not
+	// reused, and the grant goes on a new one.
+	RetiredLeases map[string]int64
+
+	// home is the session, once Session names the lease that stands for it
+	// in a cell other than the home one (clusterlease.go).
+	home int64
 }
 
 // Grant is a successful acquire.
@@ -55,6 +68,16 @@ type Grant struct {
 	// Class is the class the key was granted under ("namespace/name"): the
 	// key's class when the grant was made, recorded in the hold.
 	Class string
+	// Cluster is the etcd cluster the hold is in (the key's tier's).
+	Cluster string
+	// ClusterLease, for a hold on a cluster other than the coord's, is the
+	// session's lease there: the hold lasts while it is renewed
+	// (RenewLease), whatever happens to the session's other leases.
+	// ClusterTTL, when not zero, is how long that lease lives at least from
+	// a moment after the Acquire was received (it was made or renewed for
+	// it); zero when the request named it in ClusterLeases.
+	ClusterLease int64
+	ClusterTTL   time.Duration
 }
 
 // holdRecord is the value of /l/<key>, on the holder's session lease.
@@ -515,11 +538,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if st := c.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}
-	ln, err := c.lineOf(req, cls)
-	if err != nil {
-		return Grant{}, err
-	}
-	g, err = ln.acquire(ctx, req, cls)
+	g, err = a.acquireIn(ctx, c, req, cls)
 	var leak *leakError
 	switch {
 	case errors.Is(err, ErrQuota):
@@ -531,10 +550,50 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	return g, err
 }
 
-// sessionFor is the caller's session for an Acquire of a key of cls, which
-// must have the class's TTL.
-func (a *Arbiter) sessionFor(ctx context.Context, req AcquireRequest, cls *class.Class) (*sessionInfo, error) {
-	sess, err := a.session(ctx, req.Caller.String(), req.Session)
+// acquireIn hands req to the line of cell c that serves it. In a cell other
+// than the home one the session's lease there stands for the session: it is
+// found or made first, and made again once if it lapsed while the session
+// lives (its holder stopped renewing it, having no holds there).
+func (a *Arbiter) acquireIn(ctx context.Context, c *cell, req AcquireRequest, cls *class.Class) (Grant, error) {
+	for try := 0; ; try++ {
+		sreq := req
+		var sub *sessionInfo
+		var fresh time.Duration
+		if c != a.home && !isLocal(req.Session) {
+			hs, err := a.session(ctx, req.Caller.String(), req.Session)
+			if err != nil {
+				return Grant{}, err
+			}
+			if sub, fresh, err = a.leaseIn(ctx, c, hs, req.ClusterLeases[c.name], req.RetiredLeases[c.name]); err != nil {
+				return Grant{}, err
+			}
+			sreq.home, sreq.Session = req.Session, sub.id
+			if fresh > 0 && req.Wait > 0 {
+				// The caller learns of the lease only with the grant:
+				// keep it alive while the request waits in line.
+				defer c.renewWhileWaiting(ctx, sub.id, hs.ttl)()
+			}
+		}
+		ln, err := c.lineOf(sreq, cls)
+		if err != nil {
+			return Grant{}, err
+		}
+		g, err := ln.acquire(ctx, sreq, cls)
+		if sub != nil && errors.Is(err, ErrSessionNotFound) && try == 0 {
+			continue
+		}
+		g.Cluster = c.name
+		if sub != nil && err == nil {
+			g.ClusterLease, g.ClusterTTL = sub.id, fresh
+		}
+		return g, err
+	}
+}
+
+// sessionFor is the caller's session, as cell c knows it, for an Acquire of
+// a key of cls; it must have the class's TTL.
+func (a *Arbiter) sessionFor(ctx context.Context, c *cell, req AcquireRequest, cls *class.Class) (*sessionInfo, error) {
+	sess, err := a.sessionIn(ctx, c, req.Caller.String(), req.Session, req.home)
 	if err != nil {
 		return nil, err
 	}
@@ -565,12 +624,22 @@ func (c *cell) releaseIfGone(ctx context.Context, req AcquireRequest, g Grant) (
 	return Grant{}, ctx.Err()
 }
 
-// sessionGone drops a cached session the store says is gone.
-func (a *Arbiter) sessionGone(id int64, err error) error {
+// sessionGone drops a cached session (in cell c) the store says is gone.
+func (a *Arbiter) sessionGone(c *cell, id int64, err error) error {
 	if errors.Is(err, ErrSessionNotFound) {
-		a.forgetSession(id)
+		a.forgetIn(c, id)
 	}
 	return err
+}
+
+// forgetIn drops session id as cell c knows it: the session in the home
+// cell, its lease elsewhere.
+func (a *Arbiter) forgetIn(c *cell, id int64) {
+	if c == a.home {
+		a.forgetSession(id)
+		return
+	}
+	c.forgetLease(id)
 }
 
 // Release ends the hold of key by session with tok. An absent hold is not an
@@ -598,10 +667,21 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 	if isLocal(session) && a.home.open != nil {
 		return a.releaseOpen(who, session, key, tok)
 	}
-	if _, err := a.session(ctx, who, session); err != nil {
+	hs, err := a.session(ctx, who, session)
+	if err != nil {
 		return false, err
 	}
-	return a.cellOfKey(key).release(ctx, session, key, tok)
+	c := a.cellOfKey(key)
+	if c == a.home {
+		return c.release(ctx, session, key, tok)
+	}
+	sub, ok := c.sessionLeases.bySession.load(hs.id)
+	if !ok {
+		if sub, err = a.findLease(ctx, c, hs); err != nil || sub == nil {
+			return false, err // no lease there: nothing is held there
+		}
+	}
+	return c.release(ctx, sub.id, key, tok)
 }
 
 // release is Release after the caller's checks.

@@ -2,6 +2,7 @@ package arbiter
 
 import (
 	"context"
+	"slices"
 
 	"github.com/lockd-dev/lockd/internal/class"
 )
@@ -38,10 +39,13 @@ func (c *cell) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
 }
 
 // cellFor is the cell that serves keys of cls: the cluster of its tier.
-// Routing is decided by the class, so in review, never by a caller. One
-// cell serves every tier until sessions span cells; lockd refuses a
-// topology that splits them (internal/cmd/lockd/topology.go).
-func (a *Arbiter) cellFor(*class.Class) *cell {
+// Routing is decided by the class, so in review, never by a caller.
+func (a *Arbiter) cellFor(cls *class.Class) *cell {
+	for _, c := range a.cells[1:] {
+		if slices.Contains(c.tiers, cls.Tier) {
+			return c
+		}
+	}
 	return a.home
 }
 

@@ -87,7 +87,7 @@ func newMemoryLine(a *Arbiter, c *cell) *memoryLine {
 func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class.Class) (Grant, error) {
 	a := m.a
 	c := m.c
-	sess, err := a.sessionFor(ctx, req, cls)
+	sess, err := a.sessionFor(ctx, c, req, cls)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -96,7 +96,7 @@ func (m *memoryLine) acquire(ctx context.Context, req AcquireRequest, cls *class
 		wake: make(chan struct{}, 1), done: make(chan waitResult, 1)}
 	att, tried, err := m.firstLook(ctx, req, hk, cls)
 	if err != nil {
-		return Grant{}, a.sessionGone(req.Session, err)
+		return Grant{}, a.sessionGone(c, req.Session, err)
 	}
 	if att.granted {
 		return c.releaseIfGone(ctx, req, att.grant)
@@ -445,7 +445,7 @@ func (m *memoryLine) headAttempt(ctx context.Context, req AcquireRequest, w *wai
 	m.mu.Lock()
 	m.leave(req.Key, w, true)
 	m.mu.Unlock()
-	return Grant{}, true, m.a.sessionGone(req.Session, err)
+	return Grant{}, true, m.a.sessionGone(m.c, req.Session, err)
 }
 
 // giveUp leaves the queue with err, unless a handoff already granted the
@@ -545,7 +545,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 				m.mu.Lock()
 				m.leave(key, w, false)
 				m.mu.Unlock()
-				w.done <- waitResult{err: m.a.sessionGone(w.session, ErrSessionNotFound)}
+				w.done <- waitResult{err: m.a.sessionGone(m.c, w.session, ErrSessionNotFound)}
 				continue
 			}
 			unclaim()

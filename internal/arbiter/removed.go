@@ -101,7 +101,7 @@ func (a *Arbiter) watchForced(ctx context.Context, c *cell) {
 		a.removed.add(rec.Session, RemovedHold{Key: rec.Key, HoldRevision: rec.HoldRevision,
 			Requester: rec.Requester, Approver: rec.Approver, Reason: rec.Reason}, time.Now())
 	}
-	c.follow(ctx, forceRecordPrefix, func(kvs []*mvccpb.KeyValue) {
+	c.follow(ctx, forceRecordPrefix, func(kvs []*mvccpb.KeyValue, _ int64) {
 		for _, kv := range kvs {
 			note(kv)
 		}

@@ -35,6 +35,11 @@ type sessionInfo struct {
 	// lastKA alone keeps it alive.
 	local   bool
 	closing atomic.Bool
+	// session, for a session's lease on a cluster other than the coord's
+	// (clusterlease.go), is the session it extends, and createRev the
+	// create revision of its record there.
+	session   int64
+	createRev int64
 }
 
 // SessionInfo describes a session.
@@ -226,6 +231,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 		return storeErr(ctx, err)
 	}
 	a.forgetSession(id)
+	a.revokeLeases(ctx, id)
 	a.log.Info("session closed", "session", id, "identity", s.identity)
 	return nil
 }
@@ -235,7 +241,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 // keys at one revision and watches from the next, so no delete is missed;
 // after a compaction or a broken watch it lists again and drops what is gone.
 func (a *Arbiter) watchSessions(ctx context.Context) {
-	a.home.follow(ctx, sessionPrefix, func(kvs []*mvccpb.KeyValue) {
+	a.home.follow(ctx, sessionPrefix, func(kvs []*mvccpb.KeyValue, _ int64) {
 		live := make(map[int64]bool, len(kvs))
 		for _, kv := range kvs {
 			live[kv.Lease] = true
@@ -262,7 +268,7 @@ func (a *Arbiter) watchSessions(ctx context.Context) {
 // change under it (event) from the next revision on, with PrevKV: the
 // snapshot-then-watch of clientv3/mirror. On compaction or any watch failure
 // it lists again. It returns when ctx ends.
-func (c *cell) follow(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue), event func(*clientv3.Event)) {
+func (c *cell) follow(ctx context.Context, prefix string, sync func(kvs []*mvccpb.KeyValue, rev int64), event func(*clientv3.Event)) {
 	for ctx.Err() == nil {
 		changed := c.storeChangedCh()
 		rev, err := c.list(ctx, prefix, sync)
@@ -310,7 +316,7 @@ func (c *cell) storeChangedCh() <-chan struct{} {
 
 // list reads every key under prefix at one revision, in pages, and hands
 // them to sync; it returns that revision.
-func (c *cell) list(ctx context.Context, prefix string, sync func([]*mvccpb.KeyValue)) (int64, error) {
+func (c *cell) list(ctx context.Context, prefix string, sync func(kvs []*mvccpb.KeyValue, rev int64)) (int64, error) {
 	var all []*mvccpb.KeyValue
 	key, end, rev := prefix, clientv3.GetPrefixRangeEnd(prefix), int64(0)
 	for {
@@ -333,7 +339,7 @@ func (c *cell) list(ctx context.Context, prefix string, sync func([]*mvccpb.KeyV
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	sync(all)
+	sync(all, rev)
 	return rev, nil
 }
 

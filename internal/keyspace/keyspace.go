@@ -24,6 +24,11 @@ const (
 	QueueSep = "#"
 	// SessionPrefix + hex lease ID is a session record, on its lease.
 	SessionPrefix = "/s/"
+	// ClusterSessionPrefix + hex session ID is a session's record on an etcd
+	// cluster other than the coord tier's, on the session's lease there
+	// (see ClusterSessionKey). The holds the session has on that cluster
+	// are on that lease.
+	ClusterSessionPrefix = "/ss/"
 	// SysPrefix holds the epoch, its requests and grace, force requests and
 	// records, and the audit tailer's election and checkpoints.
 	SysPrefix = "/sys/"
@@ -58,6 +63,11 @@ func HoldKey(key string) string { return HoldPrefix + key }
 
 // SessionKey is the etcd key of session id's record.
 func SessionKey(id int64) string { return SessionPrefix + strconv.FormatInt(id, 16) }
+
+// ClusterSessionKey is the etcd key of session id's record on a cluster
+// other than the coord tier's. One exists per session and cluster, so every
+// arbiter finds the same lease for it.
+func ClusterSessionKey(id int64) string { return ClusterSessionPrefix + strconv.FormatInt(id, 16) }
 
 // SessionID parses a session key; ok is false for any other key.
 func SessionID(k string) (int64, bool) {
@@ -120,6 +130,9 @@ type Session struct {
 	// holder closes its session on purpose: a session key deleted with it
 	// set was closed; without it, the lease lapsed (an expiry).
 	Closing bool `json:"closing,omitempty"`
+	// Session, in a record under ClusterSessionPrefix, is the session (its
+	// lease on the coord tier's cluster) this lease extends.
+	Session int64 `json:"session,omitempty"`
 }
 
 // Epoch is the epoch record.
