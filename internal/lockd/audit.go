@@ -117,6 +117,10 @@ type auditRun struct {
 func (d *Daemon) startAudit(ctx context.Context, dataDir string, logger *slog.Logger) (*auditRun, error) {
 	ac := d.cfg.Audit
 	on := ac.Mode == AuditOn || (ac.Mode == AuditAuto && d.mode == "embedded")
+	if ac.Mode == AuditAuto && on && len(d.cfg.Clusters) > 0 {
+		logger.Warn("history off: with the tiers on several etcd clusters the audit tailer would read the coord cluster's grants only")
+		on = false
+	}
 	if !on {
 		return nil, nil
 	}

@@ -1,8 +1,6 @@
 package lockd
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 )
@@ -27,20 +25,10 @@ func TestAuditConfigNamesTheFlagAndTheRule(t *testing.T) {
 			a.Archive.Endpoint, a.Archive.Bucket, a.Archive.ForceBucket, a.Archive.ForceRetention = "minio:9000", "h", "f", time.Millisecond
 		}, "--audit-force-retention: must be at least 1s"},
 	}
+	var cases []configCase
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			tt.mod(&cfg.Audit)
-			err := cfg.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Validate: %v; want ErrConfig naming %q", err, tt.want)
-			}
-		})
+		mod := tt.mod
+		cases = append(cases, configCase{tt.name, func(c *Config) { mod(&c.Audit) }, tt.want})
 	}
+	checkConfigCases(t, cases)
 }

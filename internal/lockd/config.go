@@ -34,6 +34,21 @@ var (
 	LogFormats = []string{"json", "text"}
 )
 
+// ClusterConfig is an etcd cluster lockd fronts besides the coord cluster.
+type ClusterConfig struct {
+	// Name is the cluster's name (a DNS label, unique).
+	Name string
+	// Tiers are the tiers whose keys live in it; never the coord tier.
+	Tiers []string
+	// Endpoints and the TLS files reach it, as EtcdEndpoints and EtcdCA,
+	// EtcdCert and EtcdKey reach the coord cluster.
+	Endpoints     []string
+	CA, Cert, Key string
+	// Backend, when set, is the store to use instead (tests); Close leaves
+	// it open.
+	Backend *store.Backend
+}
+
 // Config is everything a lockd is built from. The lockd command fills it
 // from flags and LOCKD_* environment variables; pkg/lockdtest fills it for
 // tests. Start from DefaultConfig: New rejects a zero Config.
@@ -61,6 +76,11 @@ type Config struct {
 	// Cluster names the etcd cluster lockd fronts (the topology's name for
 	// it); empty: "embedded" for the embedded member, else "etcd".
 	Cluster string
+	// Clusters are the etcd clusters lockd fronts besides the one above
+	// (the coord cluster), each serving the tiers it names; a tier not
+	// named by one of them lives on the coord cluster. Empty: one cluster
+	// serves every tier.
+	Clusters []ClusterConfig
 	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
 	// (lockd itself talks to it in-process; these are for etcdctl).
 	EtcdClientURL, EtcdPeerURL string
@@ -247,6 +267,17 @@ func (o *Config) Validate() error {
 			if id, err := strconv.ParseUint(o.BootstrapEpochClusterID, 16, 64); err != nil || id == 0 {
 				add("--bootstrap-epoch-cluster-id %q: must be an etcd cluster ID in hex, as etcdctl endpoint status prints it", o.BootstrapEpochClusterID)
 			}
+		}
+	}
+	if len(o.Clusters) > 0 && o.Audit.Mode == AuditOn {
+		add("--audit on: the history tails the coord cluster only, so with the tiers on several clusters it would miss the others' grants; run with --audit off (per-cluster history is not built yet)")
+	}
+	for _, c := range o.Clusters {
+		if c.Backend == nil && len(c.Endpoints) == 0 {
+			add("cluster %q: endpoints: required", c.Name)
+		}
+		if (c.Cert == "") != (c.Key == "") {
+			add("cluster %q: tls cert and key: must be given together", c.Name)
 		}
 	}
 	if o.MaxSessionsPerIdentity < 1 || o.MaxWaitersPerIdentity < 1 {

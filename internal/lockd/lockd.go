@@ -67,15 +67,17 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	backend *store.Backend
 	owns    bool // backend was opened here and is closed by Close
-	mode    string
-	tlsMode string
-	watcher *class.Watcher
-	arb     *arbiter.Arbiter
-	svc     *server.Server
-	g       *grpc.Server
-	hs      *http.Server
-	grpcLis net.Listener
-	httpLis net.Listener
+	// clusterBackends are the other clusters' stores opened here, closed by Close.
+	clusterBackends []*store.Backend
+	mode            string
+	tlsMode         string
+	watcher         *class.Watcher
+	arb             *arbiter.Arbiter
+	svc             *server.Server
+	g               *grpc.Server
+	hs              *http.Server
+	grpcLis         net.Listener
+	httpLis         net.Listener
 	// lockctlPath is the lockctl config written for the dev PKI ("" when none).
 	lockctlPath string
 	// audit is the running history (nil when off).
@@ -169,6 +171,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	clusters, err := d.openClusters(&cfg, dataDir)
+	if err != nil {
+		return nil, err
+	}
 	d.arb, err = arbiter.New(arbiter.Config{
 		Client:                 d.backend.Client,
 		Leases:                 d.backend.Leases,
@@ -191,6 +197,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Region:                 cfg.Region,
 		RegionEndpoints:        cfg.RegionEndpoints,
 		Cluster:                clusterName(cfg.Cluster, d.backend.Embedded != nil),
+		Clusters:               clusters,
 	}, arbiter.NewPolicy(d.watcher.Current()))
 	if err != nil {
 		return nil, err
@@ -489,6 +496,9 @@ func (d *Daemon) Close() {
 		if d.owns && d.backend != nil {
 			d.backend.Close()
 		}
+		for _, b := range d.clusterBackends {
+			b.Close()
+		}
 		if d.watcher != nil {
 			_ = d.watcher.Close()
 		}
@@ -583,6 +593,34 @@ func dialAddr(a net.Addr) string {
 }
 
 // openStore starts the embedded etcd or connects to the external cluster.
+// openClusters connects to the clusters lockd fronts besides the coord
+// cluster; the Daemon closes the ones it opened.
+func (d *Daemon) openClusters(cfg *Config, dataDir string) ([]arbiter.Cluster, error) {
+	var out []arbiter.Cluster
+	for _, c := range cfg.Clusters {
+		b := c.Backend
+		if b == nil {
+			ext := store.ExternalConfig{Endpoints: c.Endpoints, CAFile: c.CA, CertFile: c.Cert, KeyFile: c.Key}
+			if cfg.TracerProvider != nil {
+				ext.DialOptions = append(ext.DialOptions, tracing.ClientHandler(cfg.TracerProvider))
+			}
+			var err error
+			if b, err = store.ConnectExternal(ext); err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+			}
+			d.clusterBackends = append(d.clusterBackends, b)
+		}
+		tiers := make([]class.Tier, len(c.Tiers))
+		for i, t := range c.Tiers {
+			tiers[i] = class.Tier(t)
+		}
+		out = append(out, arbiter.Cluster{Name: c.Name, Client: b.Client, Tiers: tiers,
+			StateFile: filepath.Join(dataDir, "epoch-state-"+c.Name+".json"),
+			Bootstrap: arbiter.Bootstrap{FreshStore: b.Fresh}})
+	}
+	return out, nil
+}
+
 func openStore(opts *Config, dataDir string) (*store.Backend, string, error) {
 	if opts.embedded() {
 		b, err := store.StartEmbedded(store.EmbeddedConfig{

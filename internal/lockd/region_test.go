@@ -9,11 +9,7 @@ import (
 )
 
 func TestRegionConfigNamesTheFlagAndTheRule(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(*Config)
-		want string // "" is valid
-	}{
+	checkConfigCases(t, []configCase{
 		{"no region", func(*Config) {}, ""},
 		{"a region and another's endpoint", func(c *Config) {
 			c.Region, c.RegionEndpoints = "eu-west", map[string]string{"us-east": "lockd.us-east.example:7420"}
@@ -23,23 +19,7 @@ func TestRegionConfigNamesTheFlagAndTheRule(t *testing.T) {
 			"--region-endpoint us-east=lockd.us-east.example: the address must be host:port"},
 		{"an endpoint of a bad region name", func(c *Config) { c.RegionEndpoints = map[string]string{"US": "h:1"} },
 			`--region-endpoint US=h:1: "US" is not a region name`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			tt.mod(&cfg)
-			err := cfg.Validate()
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Validate: %v; want ErrConfig naming %q", err, tt.want)
-			}
-		})
-	}
+	})
 }
 
 // TestALockdWithoutARegionRefusesClassesOfSeveralRegions: lockd cannot tell

@@ -151,17 +151,17 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 	}
 	defer ka.Close()
 	var sendMu sync.Mutex
-	send := func(a arbiter.KeepAliveAnswer) error {
-		resp := &lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited,
-			UnprotectedEnded: a.UnprotectedEnded}
-		for _, r := range a.Removed {
-			resp.Removed = append(resp.Removed, &lockv1.RemovedHold{Key: r.Key, HoldRevision: r.HoldRevision,
-				Requester: r.Requester, Approver: r.Approver, Reason: r.Reason})
-		}
+	sendResp := func(resp *lockv1.KeepAliveResponse) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		return stream.Send(resp)
 	}
+	send := func(a arbiter.KeepAliveAnswer) error {
+		return sendResp(&lockv1.KeepAliveResponse{SessionId: a.Session, Ttl: durationpb.New(a.TTL), Epoch: a.Epoch, Uncredited: a.Uncredited,
+			UnprotectedEnded: a.UnprotectedEnded, Removed: removedProto(a.Removed)})
+	}
+	leases := newLeaseRenewer(ctx, s.arb, id, sendResp)
+	defer leases.stop()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -204,7 +204,13 @@ func (s *Server) KeepAlive(stream lockv1.LockService_KeepAliveServer) error {
 				return nil
 			}
 			return err
+		case err := <-leases.failed:
+			return err
 		case req := <-reqs:
+			if req.GetCluster() != "" {
+				leases.renew(req)
+				continue
+			}
 			local, err := ka.Send(ctx, req.GetSessionId())
 			if local != nil {
 				if err := send(*local); err != nil {
@@ -289,7 +295,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 	}
 	g, err := s.arb.Acquire(ctx, arbiter.AcquireRequest{
 		Caller: id, Session: req.GetSessionId(), Key: req.GetKey(), Class: req.GetClass(),
-		Wait: req.GetWait().AsDuration(),
+		Wait: req.GetWait().AsDuration(), ClusterLeases: req.GetClusterLeases(), RetiredLeases: req.GetRetiredLeases(),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -299,6 +305,7 @@ func (s *Server) Acquire(ctx context.Context, req *lockv1.AcquireRequest) (*lock
 		Token:       &lockv1.Token{Value: g.Token, Epoch: g.Epoch, Revision: g.Revision},
 		AcquiredAt:  timestamppb.New(g.AcquiredAt),
 		Unprotected: g.Unprotected, ArbiterId: g.Arbiter, SpoolSeq: g.SpoolSeq, Class: g.Class,
+		Cluster: g.Cluster, ClusterLease: g.ClusterLease, ClusterTtl: durationpb.New(g.ClusterTTL),
 	}, nil
 }
 

@@ -468,14 +468,19 @@ func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Durat
 			left = 0
 		}
 		rctx, cancel := context.WithTimeout(ctx, left+acquireSlack)
+		s.mu.Lock()
+		known, retired := s.leasesLocked()
+		s.mu.Unlock()
+		sent := c.now()
 		resp, err := c.lock.Acquire(rctx, &lockv1.AcquireRequest{
 			SessionId: s.id, Key: h.key, Class: h.class, Wait: durationpb.New(left),
+			ClusterLeases: known, RetiredLeases: retired,
 		})
 		cancel()
 		err = decode(err)
 		switch {
 		case err == nil:
-			return s.granted(h, resp, onFence), nil
+			return s.granted(h, resp, sent, onFence), nil
 		case Definite(err):
 			s.settle(h) // lockd refused: nothing was granted
 			return nil, err

@@ -43,6 +43,9 @@ type hold struct {
 	spoolSeq    uint64
 	// locks are the outstanding Locks (one per acquire not yet released).
 	locks []*Lock
+	// lease is the session's lease the hold is on, for a hold on a cluster
+	// other than the coord cluster; nil for one on the session itself.
+	lease *clusterLease
 }
 
 // Lock is one acquirer's handle on a granted hold. Several Locks share a
@@ -131,7 +134,7 @@ func (l *Lock) State() State {
 	switch {
 	case l.err != nil:
 		return Ended
-	case l.s.healthyLocked():
+	case l.s.holdHealthyLocked(l.h):
 		return Safe
 	}
 	return Jeopardy
@@ -145,7 +148,7 @@ func (l *Lock) RemainingTTL() time.Duration {
 	if l.err != nil {
 		return 0
 	}
-	return l.s.remainingLocked()
+	return l.s.holdRemainingLocked(l.h)
 }
 
 // Deadline is the local deadline: the send time of the last successful
@@ -155,7 +158,7 @@ func (l *Lock) RemainingTTL() time.Duration {
 func (l *Lock) Deadline() time.Time {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	return l.s.deadlineLocked()
+	return l.s.holdDeadlineLocked(l.h)
 }
 
 // Done is closed when the lock is lost or released.
@@ -282,12 +285,13 @@ func (s *session) enter(ctx context.Context, key, class string, onFence func(*Lo
 			s.holds[key] = h
 			s.mu.Unlock()
 			return h, nil, nil
-		case h.state == held && s.remainingLocked() <= 0:
+		case h.state == held && s.holdRemainingLocked(h) <= 0:
 			// The local deadline has passed and the fence timer has not run
 			// yet (a pause, a clock step): lockd may no longer hold it. End
-			// the session now; the caller opens another.
+			// the session (or its lease on the hold's cluster) now; the
+			// caller opens another.
 			s.mu.Unlock()
-			s.checkDeadline()
+			s.checkHoldDeadline(h)
 			continue
 		case h.state == held && class != "" && h.class != "" && classRef(key, class) != h.class:
 			// Re-entering shares the hold, which is of the class lockd
@@ -323,7 +327,7 @@ func (s *session) newLockLocked(h *hold, onFence func(*Lock)) *Lock {
 // granted records lockd's grant of h and returns its first Lock. On a
 // session already lost (or a token of an epoch the session has seen pass)
 // the Lock is returned lost: its onFence runs.
-func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*Lock)) *Lock {
+func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, sent time.Time, onFence func(*Lock)) *Lock {
 	tok := resp.GetToken()
 	s.mu.Lock()
 	h.token, h.unprotected, h.arbiter, h.spoolSeq = tok, resp.GetUnprotected(), resp.GetArbiterId(), resp.GetSpoolSeq()
@@ -332,20 +336,29 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*L
 	}
 	l := s.newLockLocked(h, onFence)
 	lost := s.lost
+	var fenced []*Lock
+	if id := resp.GetClusterLease(); id != 0 && lost == nil {
+		h.lease, fenced, lost = s.adoptLeaseLocked(resp.GetCluster(), id, resp.GetClusterTtl().AsDuration(), sent)
+	}
+	epoch := s.epoch
+	if h.lease != nil {
+		epoch = h.lease.epoch
+	}
 	switch {
 	case lost != nil:
-	case !h.unprotected && tok.GetEpoch() < s.epoch:
+	case !h.unprotected && tok.GetEpoch() < epoch:
 		lost = ErrEpoch // an unprotected grant (token 0) belongs to no epoch
-	case s.remainingLocked() <= 0:
-		lost = ErrDeadline // granted on a session whose deadline passed meanwhile
+	case s.holdRemainingLocked(h) <= 0:
+		lost = ErrDeadline // granted on a session (or lease) whose deadline passed meanwhile
 	}
 	if lost != nil {
 		s.dropLocked(h)
 		l.endLocked(lost)
 		s.mu.Unlock()
+		runFences(fenced)
 		go onFence(l)
 		if errors.Is(lost, ErrDeadline) {
-			s.checkDeadline()
+			s.checkHoldDeadline(h)
 		}
 		return l
 	}
@@ -353,6 +366,7 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, onFence func(*L
 	close(h.changed)
 	h.changed = nil
 	s.mu.Unlock()
+	runFences(fenced)
 	return l
 }
 
@@ -465,7 +479,11 @@ func (s *session) resolveAcquire(h *hold) {
 	var last error
 	for s.alive() && time.Now().Before(giveUp) {
 		ctx, cancel := context.WithTimeout(s.c.ctx, resolveAttemptTimeout)
-		resp, err := s.c.lock.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s.id, Key: h.key}) // the key's class: only its own hold matters
+		s.mu.Lock()
+		known, retired := s.leasesLocked()
+		s.mu.Unlock()
+		// The key's class: only its own hold matters.
+		resp, err := s.c.lock.Acquire(ctx, &lockv1.AcquireRequest{SessionId: s.id, Key: h.key, ClusterLeases: known, RetiredLeases: retired})
 		cancel()
 		err = decode(err)
 		switch {

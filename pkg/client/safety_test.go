@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/internal/tcpproxy"
@@ -36,28 +35,12 @@ func proxyTo(t *testing.T, target string) *tcpproxy.Proxy {
 // the server side (not through the proxy).
 func watchHoldGone(t *testing.T, env *lockdtest.Env, key string) <-chan time.Time {
 	t.Helper()
-	gone := make(chan time.Time, 1)
-	ctx, cancel := context.WithCancel(t.Context())
-	t.Cleanup(cancel)
-	wch := env.Backend.Client.Watch(ctx, "/l/"+key, clientv3.WithFilterPut())
-	go func() {
-		for resp := range wch {
-			if len(resp.Events) > 0 {
-				gone <- time.Now()
-				return
-			}
-		}
-	}()
-	return gone
+	return holdGoneAt(t, env.Backend.Client, key)
 }
 
 func holdExists(t *testing.T, env *lockdtest.Env, key string) bool {
 	t.Helper()
-	resp, err := env.Backend.Client.Get(t.Context(), "/l/"+key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(resp.Kvs) == 1
+	return holdExistsOn(t, env.Backend.Client, key)
 }
 
 // TestFenceFiresAtDeadlineWhileReconnectHangs: the keepalive stream breaks

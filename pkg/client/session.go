@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -33,6 +34,11 @@ type session struct {
 	holds    map[string]*hold
 	// removed are the force-released holds already acted on, by revision.
 	removed map[int64]bool
+	// leases are the session's leases on clusters other than the coord
+	// cluster, by cluster (clusterlease.go); retired are the ones given up
+	// at their deadline, named in Acquires so lockd revokes them.
+	leases  map[string]*clusterLease
+	retired map[string]int64
 	// fence fires at the local deadline, whatever any RPC is doing.
 	fence *time.Timer
 	stop  chan struct{} // closed when lost
@@ -65,7 +71,8 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 		return nil, decode(err)
 	}
 	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, slot: sl, lastOK: sent, lastAns: sent, lastSent: sent,
-		holds: map[string]*hold{}, removed: map[int64]bool{}, stop: make(chan struct{})}
+		holds: map[string]*hold{}, removed: map[int64]bool{}, leases: map[string]*clusterLease{}, retired: map[string]int64{},
+		stop: make(chan struct{})}
 	s.mu.Lock()
 	s.fence = time.AfterFunc(s.remainingLocked(), s.checkDeadline)
 	s.mu.Unlock()
@@ -169,6 +176,9 @@ func (s *session) lose(err error, fence bool) {
 	if s.fence != nil {
 		s.fence.Stop()
 	}
+	for _, l := range s.leases {
+		l.fence.Stop()
+	}
 	var fenced []*Lock
 	for _, h := range s.holds {
 		fenced = append(fenced, s.loseHoldLocked(h, err)...)
@@ -219,6 +229,7 @@ func (s *session) run() {
 			s.checkDeadline() // the clock stepped past the deadline
 			continue
 		}
+		s.renewLeases(sent, answerWithin)
 		if !s.c.ka.send(s.id, sent) {
 			s.fail("send")
 			continue
@@ -271,17 +282,7 @@ func (s *session) onAnswer(a answer) {
 	// Holds released by force first: a force-release that also revoked the
 	// session names the hold it was asked for, and its holder is told who
 	// and why, not only that the session expired.
-	var fenced []*Lock
-	for _, r := range a.removed {
-		h := s.holds[r.GetKey()]
-		if s.removed[r.GetHoldRevision()] || h == nil || h.state != held || h.token.GetRevision() != r.GetHoldRevision() {
-			continue
-		}
-		s.removed[r.GetHoldRevision()] = true
-		s.c.log.Warn("lock lost: released by force by operators", "key", h.key, "session", s.id,
-			"requester", r.GetRequester(), "approver", r.GetApprover(), "reason", r.GetReason())
-		fenced = append(fenced, s.loseHoldLocked(h, &ForcedError{Requester: r.GetRequester(), Approver: r.GetApprover(), Reason: r.GetReason()})...)
-	}
+	fenced := s.removedLocked(a.removed)
 	if a.ttl <= 0 {
 		s.mu.Unlock()
 		runFences(fenced)
@@ -298,8 +299,9 @@ func (s *session) onAnswer(a answer) {
 		s.epoch = a.epoch
 		for _, h := range s.holds {
 			// An unprotected hold (token 0) belongs to no epoch: it ends
-			// when lockd says so (unprotectedEnded) or at its deadline.
-			if h.state == held && !h.unprotected && h.token.GetEpoch() < a.epoch {
+			// when lockd says so (unprotectedEnded) or at its deadline. A
+			// hold on another cluster follows that cluster's epoch.
+			if h.state == held && !h.unprotected && h.lease == nil && h.token.GetEpoch() < a.epoch {
 				s.c.log.Warn("lock lost: the epoch advanced", "key", h.key, "epoch", h.token.GetEpoch(), "now", a.epoch)
 				fenced = append(fenced, s.loseHoldLocked(h, ErrEpoch)...)
 			}
@@ -316,16 +318,35 @@ func (s *session) onAnswer(a answer) {
 	runFences(fenced)
 }
 
+// removedLocked loses the holds operators released by force, as a
+// keepalive answer names them, each once; it returns the Locks to fence.
+func (s *session) removedLocked(removed []*lockv1.RemovedHold) []*Lock {
+	var fenced []*Lock
+	for _, r := range removed {
+		h := s.holds[r.GetKey()]
+		if s.removed[r.GetHoldRevision()] || h == nil || h.state != held || h.token.GetRevision() != r.GetHoldRevision() {
+			continue
+		}
+		s.removed[r.GetHoldRevision()] = true
+		s.c.log.Warn("lock lost: released by force by operators", "key", h.key, "session", s.id,
+			"requester", r.GetRequester(), "approver", r.GetApprover(), "reason", r.GetReason())
+		fenced = append(fenced, s.loseHoldLocked(h, &ForcedError{Requester: r.GetRequester(), Approver: r.GetApprover(), Reason: r.GetReason()})...)
+	}
+	return fenced
+}
+
 // keepalives is the client's one KeepAlive stream, shared by its sessions.
 // One goroutine owns the stream: it opens it (with a bounded context, never
 // under a client mutex) and sends on it; another receives. Answers come
 // back in the order of the requests, so each is matched with the oldest
 // unanswered send time of its session: a late answer is credited to the
-// earlier send, never to a later one.
+// earlier send, never to a later one. Renewals of cluster leases are
+// answered as each cluster answers, and matched by their seq.
 type keepalives struct {
 	c    *Client
 	reqs chan kaReq
 	done chan struct{}
+	seq  atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[int64]*session
@@ -335,6 +356,10 @@ type keepalives struct {
 type kaReq struct {
 	id   int64
 	sent time.Time
+	// cluster and lease name a cluster lease to renew, with seq.
+	cluster string
+	lease   int64
+	seq     uint64
 }
 
 // Keepalive stream bounds: opening a stream, and one Send on it, must not
@@ -373,7 +398,18 @@ func (k *keepalives) lookup(id int64) *session {
 // send queues one keepalive; false when it cannot even be queued.
 func (k *keepalives) send(id int64, sent time.Time) bool {
 	select {
-	case k.reqs <- kaReq{id, sent}:
+	case k.reqs <- kaReq{id: id, sent: sent}:
+		return true
+	default:
+		return false
+	}
+}
+
+// sendLease queues one renewal of session id's lease on cluster; false
+// when it cannot even be queued.
+func (k *keepalives) sendLease(id int64, cluster string, lease int64, sent time.Time) bool {
+	select {
+	case k.reqs <- kaReq{id: id, sent: sent, cluster: cluster, lease: lease, seq: k.seq.Add(1)}:
 		return true
 	default:
 		return false
@@ -397,6 +433,8 @@ type kaStream struct {
 
 	mu      sync.Mutex
 	pending map[int64][]time.Time
+	// leases are the unanswered cluster lease renewals, by seq.
+	leases map[uint64]kaReq
 }
 
 func (ks *kaStream) fail() {
@@ -441,10 +479,14 @@ func (k *keepalives) run() {
 			}
 		}
 		ks.mu.Lock()
-		ks.pending[r.id] = append(ks.pending[r.id], r.sent)
+		if r.cluster != "" {
+			ks.leases[r.seq] = r
+		} else {
+			ks.pending[r.id] = append(ks.pending[r.id], r.sent)
+		}
 		ks.mu.Unlock()
 		watchdog := time.AfterFunc(kaSendTimeout, ks.fail)
-		err := ks.stream.Send(&lockv1.KeepAliveRequest{SessionId: r.id})
+		err := ks.stream.Send(&lockv1.KeepAliveRequest{SessionId: r.id, Cluster: r.cluster, Lease: r.lease, Seq: r.seq})
 		watchdog.Stop()
 		if err != nil {
 			ks.fail()
@@ -465,7 +507,8 @@ func (k *keepalives) open() (*kaStream, error) {
 		cancel()
 		return nil, err
 	}
-	ks := &kaStream{stream: stream, cancel: cancel, broken: make(chan struct{}), pending: map[int64][]time.Time{}}
+	ks := &kaStream{stream: stream, cancel: cancel, broken: make(chan struct{}), pending: map[int64][]time.Time{},
+		leases: map[uint64]kaReq{}}
 	go k.recv(ks)
 	return ks, nil
 }
@@ -478,6 +521,10 @@ func (k *keepalives) recv(ks *kaStream) {
 			return
 		}
 		id := resp.GetSessionId()
+		if resp.GetCluster() != "" {
+			k.leaseAnswer(ks, resp)
+			continue
+		}
 		ks.mu.Lock()
 		q := ks.pending[id]
 		if len(q) == 0 {
@@ -498,5 +545,20 @@ func (k *keepalives) recv(ks *kaStream) {
 			s.onAnswer(answer{sent: sent, ttl: resp.GetTtl().AsDuration(), epoch: resp.GetEpoch(), removed: resp.GetRemoved(),
 				unprotectedEnded: resp.GetUnprotectedEnded()})
 		}
+	}
+}
+
+// leaseAnswer matches the answer to a cluster lease renewal with its
+// request, by seq, and applies it.
+func (k *keepalives) leaseAnswer(ks *kaStream, resp *lockv1.KeepAliveResponse) {
+	ks.mu.Lock()
+	r, ok := ks.leases[resp.GetSeq()]
+	delete(ks.leases, resp.GetSeq())
+	ks.mu.Unlock()
+	if !ok || r.id != resp.GetSessionId() || r.cluster != resp.GetCluster() || r.lease != resp.GetLease() || resp.GetUncredited() {
+		return // not ours, or lockd could not vouch for it: as good as no answer
+	}
+	if s := k.lookup(r.id); s != nil {
+		s.onLeaseAnswer(r.cluster, r.lease, r.sent, resp)
 	}
 }

@@ -248,6 +248,9 @@ type Options struct {
 	// namespaces homed elsewhere are refused with WRONG_REGION.
 	Region          string
 	RegionEndpoints map[string]string
+	// Clusters are etcd clusters lockd fronts besides Backend (the coord
+	// cluster), each with the tiers it serves: lockd's topology split.
+	Clusters []lockd.ClusterConfig
 }
 
 // Env is a running lockd.
@@ -335,6 +338,7 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 	}
 	cfg.TracerProvider = o.TracerProvider
 	cfg.Region, cfg.RegionEndpoints = o.Region, o.RegionEndpoints
+	cfg.Clusters = o.Clusters
 	if o.OpenAfter != 0 {
 		cfg.OpenAfter = o.OpenAfter
 	}

@@ -4,14 +4,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/lockd"
 	"github.com/lockd-dev/lockd/internal/topology"
 )
 
-// applyTopology reads --topology into the external cluster's flags and the
-// region. It refuses flags the file replaces, a region that disagrees
-// with the file's, and tiers on two clusters, which this lockd cannot
-// serve yet: it fronts one cluster until the arbiter routes tiers to
-// cells of their own.
+// applyTopology reads --topology into the coord cluster's flags, the other
+// clusters and the region. It refuses flags the file replaces and a region
+// that disagrees with the file's; the file itself is checked by package
+// topology (every tier served once, names and endpoints well formed).
 func applyTopology(fs *pflag.FlagSet, opts *Options) error {
 	if opts.Topology == "" {
 		return nil
@@ -25,20 +25,27 @@ func applyTopology(fs *pflag.FlagSet, opts *Options) error {
 	if err != nil {
 		return cli.Usagef("--topology: %v", err)
 	}
-	coord, entity := t.Serving(topology.TierCoord), t.Serving(topology.TierEntity)
-	if coord != entity {
-		return cli.Usagef("--topology: %s: clusters %q (coord) and %q (entity): this lockd serves both tiers from one cluster; "+
-			"list both tiers in one cluster's tiers (splitting them is not supported yet)", opts.Topology, coord.Name, entity.Name)
-	}
 	switch {
 	case fs.Changed("region") && t.Region != "" && opts.Region != t.Region:
 		return cli.Usagef("--region %q: the topology %s says region %q; give one or make them agree", opts.Region, opts.Topology, t.Region)
 	case t.Region != "":
 		opts.Region = t.Region
 	}
+	coord := t.Serving(topology.TierCoord)
 	opts.EtcdEndpoints, opts.Cluster = coord.Endpoints, coord.Name
 	if coord.TLS != nil {
 		opts.EtcdCA, opts.EtcdCert, opts.EtcdKey = coord.TLS.CA, coord.TLS.Cert, coord.TLS.Key
+	}
+	opts.Clusters = nil
+	for _, c := range t.Clusters {
+		if c.Name == coord.Name {
+			continue
+		}
+		cc := lockd.ClusterConfig{Name: c.Name, Tiers: c.Tiers, Endpoints: c.Endpoints}
+		if c.TLS != nil {
+			cc.CA, cc.Cert, cc.Key = c.TLS.CA, c.TLS.Cert, c.TLS.Key
+		}
+		opts.Clusters = append(opts.Clusters, cc)
 	}
 	return nil
 }

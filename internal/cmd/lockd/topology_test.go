@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/lockd-dev/lockd/internal/lockd"
 )
 
 func writeTopology(t *testing.T, doc string) string {
@@ -49,12 +51,25 @@ clusters:
 	}
 }
 
+// TestTopologyWithTheTiersSplitFrontsEachCluster: a coord cluster and an
+// entity cluster become the coord cluster's flags and one more cluster,
+// with its tiers, endpoints and TLS.
+func TestTopologyWithTheTiersSplitFrontsEachCluster(t *testing.T) {
+	split := writeTopology(t, "region: eu-west\nclusters:\n- name: coord\n  tiers: [coord]\n  endpoints: [http://a:2379]\n"+
+		"- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379, http://c:2379]\n")
+	code, o, stderr := parse(t, []string{"--topology", split}, nil)
+	require.Equal(t, ExitOK, code, stderr)
+	require.Equal(t, "coord", o.Cluster)
+	require.Equal(t, []string{"http://a:2379"}, o.EtcdEndpoints)
+	require.Equal(t, []lockd.ClusterConfig{{Name: "entity-1", Tiers: []string{"entity"}, Endpoints: []string{"http://b:2379", "http://c:2379"}}}, o.Clusters)
+}
+
 // TestTopologyItCannotUseIsRefusedNamingTheField: a bad file, flags the file
-// replaces, a region that disagrees, and tiers on two clusters exit 2
-// with what to do, and nothing is started.
+// replaces, and a region that disagrees exit 2 with what to do, and
+// nothing is started.
 func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
 	one := writeTopology(t, "region: eu-west\nclusters:\n- name: main\n  tiers: [coord, entity]\n  endpoints: [http://127.0.0.1:2379]\n")
-	split := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord]\n  endpoints: [http://a:2379]\n- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
+	twice := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord, entity]\n  endpoints: [http://a:2379]\n- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
 	bad := writeTopology(t, "clusters:\n- name: main\n  tiers: [coord]\n  endpoints: [http://a:2379]\n")
 	for _, tc := range []struct {
 		args []string
@@ -64,7 +79,7 @@ func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
 		{[]string{"--topology", filepath.Join(t.TempDir(), "none.yaml")}, "--topology: topology: open"},
 		{[]string{"--topology", one, "--etcd-endpoints", "http://x:2379"}, "--etcd-endpoints: cannot be combined with --topology"},
 		{[]string{"--topology", one, "--region", "us-east"}, `--region "us-east": the topology ` + one + ` says region "eu-west"`},
-		{[]string{"--topology", split}, `clusters "coord" (coord) and "entity-1" (entity): this lockd serves both tiers from one cluster`},
+		{[]string{"--topology", twice}, "--topology: " + twice + ": topology: clusters[1].tiers[0]: tier entity is already served by clusters[0]"},
 	} {
 		code, o, stderr := parse(t, tc.args, nil)
 		require.Equal(t, ExitUsage, code, stderr)

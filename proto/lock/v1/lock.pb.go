@@ -988,11 +988,22 @@ func (x *OpenSessionResponse) GetTtl() *durationpb.Duration {
 	return nil
 }
 
-// KeepAliveRequest renews one session.
+// KeepAliveRequest renews one session, or one of its leases on another
+// cluster.
 type KeepAliveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session to renew.
-	SessionId     int64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId int64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Set to renew the session's lease on that etcd cluster instead (the
+	// cluster and lease an AcquireResponse named). The session itself lives
+	// on the coord cluster and is renewed with these unset.
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Lease   int64  `protobuf:"varint,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// For a cluster lease: echoed in its answer. Answers for the session
+	// itself come in the order of the requests; answers for cluster leases
+	// are sent as each cluster answers (a slow cluster never delays another),
+	// so a client matches them by seq.
+	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1034,6 +1045,27 @@ func (x *KeepAliveRequest) GetSessionId() int64 {
 	return 0
 }
 
+func (x *KeepAliveRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *KeepAliveRequest) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *KeepAliveRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // KeepAliveResponse answers one KeepAliveRequest.
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1062,8 +1094,15 @@ type KeepAliveResponse struct {
 	// quorum (for unprotected grants) and it ended because quorum returned:
 	// its unprotected holds are gone. Open a new session to lock again.
 	UnprotectedEnded bool `protobuf:"varint,6,opt,name=unprotected_ended,json=unprotectedEnded,proto3" json:"unprotected_ended,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A cluster lease request's cluster, lease and seq. With cluster set,
+	// ttl is the lease's: zero means it and every hold on it are gone (the
+	// session may live on); epoch is that cluster's; removed names holds on
+	// it; uncredited also when lockd could not reach the cluster.
+	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Lease         int64  `protobuf:"varint,8,opt,name=lease,proto3" json:"lease,omitempty"`
+	Seq           uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveResponse) Reset() {
@@ -1136,6 +1175,27 @@ func (x *KeepAliveResponse) GetUnprotectedEnded() bool {
 		return x.UnprotectedEnded
 	}
 	return false
+}
+
+func (x *KeepAliveResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *KeepAliveResponse) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *KeepAliveResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 // RemovedHold names a hold that was removed from a live session.
@@ -1663,7 +1723,15 @@ type AcquireRequest struct {
 	// the request is refused with CLASS_MISMATCH naming the key's class.
 	Class string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
 	// How long to wait in line; zero tries once.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The session's leases on other etcd clusters that the client already
+	// renews, by cluster name. lockd puts a hold on such a cluster on that
+	// lease when it is still the session's there.
+	ClusterLeases map[string]int64 `protobuf:"bytes,5,rep,name=cluster_leases,json=clusterLeases,proto3" json:"cluster_leases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Leases the client gave up, by cluster name: their deadline passed, so
+	// it counts every hold on them lost. lockd revokes such a lease rather
+	// than put a hold on it (or renew what is left on it).
+	RetiredLeases map[string]int64 `protobuf:"bytes,6,rep,name=retired_leases,json=retiredLeases,proto3" json:"retired_leases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,6 +1794,20 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetClusterLeases() map[string]int64 {
+	if x != nil {
+		return x.ClusterLeases
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetRetiredLeases() map[string]int64 {
+	if x != nil {
+		return x.RetiredLeases
+	}
+	return nil
+}
+
 // AcquireResponse carries the grant.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1745,7 +1827,18 @@ type AcquireResponse struct {
 	// The class the key was granted under ("namespace/name"): the key's class
 	// when the grant was made. The hold keeps it until it ends, even if a
 	// class change moves the key to another class meanwhile.
-	Class         string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
+	// The etcd cluster the hold lives on (its class's tier's cluster).
+	Cluster string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Set when that is not the coord cluster: the session's lease there,
+	// which the hold is attached to. The client renews it with KeepAlive
+	// (cluster and lease set) and keeps a deadline per lease: a hold is lost
+	// when its own lease's deadline passes.
+	ClusterLease int64 `protobuf:"varint,8,opt,name=cluster_lease,json=clusterLease,proto3" json:"cluster_lease,omitempty"`
+	// When lockd granted or renewed cluster_lease for this request: its TTL
+	// from a moment after the request was sent. Zero when the lease is one
+	// the request named in cluster_leases (its deadline is the client's).
+	ClusterTtl    *durationpb.Duration `protobuf:"bytes,9,opt,name=cluster_ttl,json=clusterTtl,proto3" json:"cluster_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1820,6 +1913,27 @@ func (x *AcquireResponse) GetClass() string {
 		return x.Class
 	}
 	return ""
+}
+
+func (x *AcquireResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *AcquireResponse) GetClusterLease() int64 {
+	if x != nil {
+		return x.ClusterLease
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetClusterTtl() *durationpb.Duration {
+	if x != nil {
+		return x.ClusterTtl
+	}
+	return nil
 }
 
 // ReleaseRequest ends a hold.
@@ -4411,10 +4525,13 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"1\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"s\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"\xf2\x01\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x14\n" +
+	"\x05lease\x18\x03 \x01(\x03R\x05lease\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\xb4\x02\n" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12+\n" +
@@ -4424,7 +4541,10 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"uncredited\x18\x05 \x01(\bR\n" +
 	"uncredited\x12+\n" +
-	"\x11unprotected_ended\x18\x06 \x01(\bR\x10unprotectedEnded\"\x96\x01\n" +
+	"\x11unprotected_ended\x18\x06 \x01(\bR\x10unprotectedEnded\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\x12\x14\n" +
+	"\x05lease\x18\b \x01(\x03R\x05lease\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\"\x96\x01\n" +
 	"\vRemovedHold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\rhold_revision\x18\x02 \x01(\x03R\fholdRevision\x12\x1c\n" +
@@ -4459,13 +4579,21 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x12ListClassesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"C\n" +
 	"\x13ListClassesResponse\x12,\n" +
-	"\aclasses\x18\x01 \x03(\v2\x12.lock.v1.LockClassR\aclasses\"\x86\x01\n" +
+	"\aclasses\x18\x01 \x03(\v2\x12.lock.v1.LockClassR\aclasses\"\xb0\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05class\x18\x03 \x01(\tR\x05class\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xe8\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12Q\n" +
+	"\x0ecluster_leases\x18\x05 \x03(\v2*.lock.v1.AcquireRequest.ClusterLeasesEntryR\rclusterLeases\x12Q\n" +
+	"\x0eretired_leases\x18\x06 \x03(\v2*.lock.v1.AcquireRequest.RetiredLeasesEntryR\rretiredLeases\x1a@\n" +
+	"\x12ClusterLeasesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a@\n" +
+	"\x12RetiredLeasesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe3\x02\n" +
 	"\x0fAcquireResponse\x12$\n" +
 	"\x05token\x18\x01 \x01(\v2\x0e.lock.v1.TokenR\x05token\x12;\n" +
 	"\vacquired_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -4474,7 +4602,11 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"arbiter_id\x18\x04 \x01(\tR\tarbiterId\x12\x1b\n" +
 	"\tspool_seq\x18\x05 \x01(\x04R\bspoolSeq\x12\x14\n" +
-	"\x05class\x18\x06 \x01(\tR\x05class\"W\n" +
+	"\x05class\x18\x06 \x01(\tR\x05class\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\x12#\n" +
+	"\rcluster_lease\x18\b \x01(\x03R\fclusterLease\x12:\n" +
+	"\vcluster_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"clusterTtl\"W\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x10\n" +
@@ -4754,7 +4886,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -4815,113 +4947,118 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*HistoryStatsRequest)(nil),         // 56: lock.v1.HistoryStatsRequest
 	(*HistoryStatsResponse)(nil),        // 57: lock.v1.HistoryStatsResponse
 	(*ClassHistory)(nil),                // 58: lock.v1.ClassHistory
-	(*timestamppb.Timestamp)(nil),       // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 60: google.protobuf.Duration
+	nil,                                 // 59: lock.v1.AcquireRequest.ClusterLeasesEntry
+	nil,                                 // 60: lock.v1.AcquireRequest.RetiredLeasesEntry
+	(*timestamppb.Timestamp)(nil),       // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 62: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	59, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	59, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	59, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	61, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	61, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	60, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	60, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	60, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	62, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	62, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	62, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	60, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	59, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	62, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	61, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	60, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	11, // 16: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	59, // 17: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	59, // 18: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	60, // 19: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	11, // 20: lock.v1.Hold.token:type_name -> lock.v1.Token
-	60, // 21: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	60, // 22: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
-	29, // 23: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	30, // 24: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
-	29, // 25: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	60, // 26: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	59, // 27: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	59, // 28: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	60, // 29: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	35, // 30: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	38, // 31: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
-	40, // 32: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
-	59, // 33: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 34: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
-	50, // 35: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	60, // 36: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	60, // 37: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 38: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	59, // 39: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 40: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
-	55, // 41: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	59, // 42: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
-	11, // 43: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	59, // 44: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
-	11, // 45: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	59, // 46: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	60, // 47: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	59, // 48: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 49: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
-	58, // 50: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
-	60, // 51: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
-	12, // 52: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 53: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 54: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 55: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 56: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 57: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 58: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 59: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	53, // 60: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	56, // 61: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
-	34, // 62: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 63: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	48, // 64: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	51, // 65: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 66: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 67: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
-	42, // 68: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	44, // 69: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	46, // 70: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 71: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 72: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 73: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 74: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 75: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 76: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 77: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 78: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 79: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 80: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 81: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 82: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	54, // 83: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	57, // 84: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
-	36, // 85: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 86: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	49, // 87: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	52, // 88: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 89: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	41, // 90: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
-	43, // 91: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	45, // 92: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	47, // 93: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 94: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 95: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 96: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 97: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	75, // [75:98] is the sub-list for method output_type
-	52, // [52:75] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	62, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	59, // 16: lock.v1.AcquireRequest.cluster_leases:type_name -> lock.v1.AcquireRequest.ClusterLeasesEntry
+	60, // 17: lock.v1.AcquireRequest.retired_leases:type_name -> lock.v1.AcquireRequest.RetiredLeasesEntry
+	11, // 18: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	61, // 19: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	62, // 20: lock.v1.AcquireResponse.cluster_ttl:type_name -> google.protobuf.Duration
+	61, // 21: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	62, // 22: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	11, // 23: lock.v1.Hold.token:type_name -> lock.v1.Token
+	62, // 24: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	62, // 25: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	29, // 26: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	30, // 27: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
+	29, // 28: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	62, // 29: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	61, // 30: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	61, // 31: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	62, // 32: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	35, // 33: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	38, // 34: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
+	40, // 35: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
+	61, // 36: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 37: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	50, // 38: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	62, // 39: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	62, // 40: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 41: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	61, // 42: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	61, // 43: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	55, // 44: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
+	61, // 45: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	11, // 46: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
+	61, // 47: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	11, // 48: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
+	61, // 49: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	62, // 50: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	61, // 51: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	61, // 52: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	58, // 53: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
+	62, // 54: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	12, // 55: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 56: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 57: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 58: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 59: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 60: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 61: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 62: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	53, // 63: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	56, // 64: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	34, // 65: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 66: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	48, // 67: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	51, // 68: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 69: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 70: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
+	42, // 71: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	44, // 72: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	46, // 73: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 74: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 75: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 76: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 77: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	13, // 78: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 79: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 80: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 81: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 82: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 83: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 84: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 85: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	54, // 86: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	57, // 87: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	36, // 88: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 89: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	49, // 90: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	52, // 91: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 92: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	41, // 93: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
+	43, // 94: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	45, // 95: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	47, // 96: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 97: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 98: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 99: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 100: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	78, // [78:101] is the sub-list for method output_type
+	55, // [55:78] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -4935,7 +5072,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   57,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
