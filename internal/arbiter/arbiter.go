@@ -347,6 +347,9 @@ func (a *Arbiter) Start(ctx context.Context) error {
 		if err := c.initEpoch(ctx); err != nil {
 			return err
 		}
+	}
+	a.sealSharedEpochs()
+	for _, c := range a.cells {
 		// Quorum may have returned a moment ago, before another arbiter
 		// saw it and wrote its open grace (recovery.go).
 		c.holdOff(c.detectionBound())

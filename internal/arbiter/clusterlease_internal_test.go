@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ spec: {spiffeID: "spiffe://t/bob", prefixes: ["t/"]}
 var (
 	alice = identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/alice"}
 	bob   = identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/bob"}
+	op1   = identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/ops/1"}
+	op2   = identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/ops/2"}
 )
 
 // twoClusters is an arbiter in front of two embedded etcd clusters: "coord"
@@ -64,6 +67,13 @@ type twoClusters struct {
 }
 
 func startTwoClusters(t *testing.T) *twoClusters {
+	t.Helper()
+	return startTwoClustersWith(t, nil)
+}
+
+// startTwoClustersWith is startTwoClusters, calling prepare on the two
+// stores before the arbiter starts. Its operators are op1 and op2.
+func startTwoClustersWith(t *testing.T, prepare func(coord, entity *store.Backend)) *twoClusters {
 	t.Helper()
 	dir := t.TempDir()
 	coord, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "coord")})
@@ -87,12 +97,16 @@ func startTwoClusters(t *testing.T) *twoClusters {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = entityCli.Close() })
+	if prepare != nil {
+		prepare(coord, entity)
+	}
 	classes, grants, problems := class.ParseFile("t/classes.yaml", []byte(twoTierClasses), "t", time.Now())
 	if len(problems) > 0 {
 		t.Fatalf("classes: %v", problems)
 	}
 	a, err := New(Config{
 		Client: coord.Client, Leases: coord.Leases, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
+		Operators:      []string{op1.ID, op2.ID},
 		RequestTimeout: 2 * time.Second, EpochRefresh: 200 * time.Millisecond, MaxEpochAge: time.Second,
 		Clusters: []Cluster{{Name: "entity", Client: entityCli, Tiers: []class.Tier{class.TierEntity}, Bootstrap: Bootstrap{FreshStore: true}}},
 	}, NewPolicy(class.NewSet(classes, grants)))
@@ -222,6 +236,70 @@ func TestASessionHoldsKeysOnTwoClustersWithALeaseOnEach(t *testing.T) {
 	}
 	if r, err := a.RenewLease(ctx, alice, s, "entity", job1.ClusterLease); err != nil || r.TTL != 0 {
 		t.Fatalf("renewing a closed session's entity lease = %+v, %v; want TTL 0", r, err)
+	}
+}
+
+// TestClustersBootstrappedApartDoNotShareAnEpoch: an entity cluster that
+// got epoch 1 on its own (a lockd ran on it alone) and is then put behind
+// one lockd with a coord cluster also at epoch 1 is sealed, saying which
+// cluster has its epoch and how to advance it, and grants nothing; the
+// two-person advance gives it an epoch from the counter, no other
+// cluster's, and it grants again.
+func TestClustersBootstrappedApartDoNotShareAnEpoch(t *testing.T) {
+	tc := startTwoClustersWith(t, func(coord, entity *store.Backend) {
+		for _, b := range []*store.Backend{coord, entity} {
+			alone, err := New(Config{Client: b.Client, Leases: b.Leases, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(class.NewSet(nil, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := alone.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			alone.Close()
+		}
+	})
+	a, ctx := tc.a, t.Context()
+	sts := a.EpochStatuses(ctx)
+	if sts[0].Epoch != 1 || sts[0].Sealed || sts[1].Epoch != 1 || !sts[1].Sealed ||
+		!strings.Contains(sts[1].SealedReason, "epoch 1 is cluster coord's too") || !strings.Contains(sts[1].SealedReason, "--cluster entity") {
+		t.Fatalf("epoch statuses = %+v; want coord at 1, entity at 1 sealed, naming coord and how to advance entity", sts)
+	}
+	s, err := a.OpenSession(ctx, alice, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/job/1"}); !errors.Is(err, ErrSealed) {
+		t.Fatalf("entity-tier acquire on the shared epoch: %v; want ErrSealed", err)
+	}
+	if g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/leader/1"}); err != nil || g.Epoch != 1 {
+		t.Fatalf("coord-tier acquire = %+v, %v; want granted in epoch 1 (coord is not sealed)", g, err)
+	}
+
+	req, err := a.RequestEpochAdvance(ctx, op1, "entity", 1, 0, "the entity cluster was bootstrapped on its own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv, err := a.ApproveEpochAdvance(ctx, op2, req.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adv.Status.Epoch == 1 || adv.Status.Sealed || adv.Request.Cluster != "entity" {
+		t.Fatalf("advance = %+v; want entity moved off epoch 1", adv)
+	}
+	// Grants resume after the advance's grace (every old holder fenced).
+	for deadline := time.Now().Add(adv.Grace + 10*time.Second); ; time.Sleep(100 * time.Millisecond) {
+		g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/job/1"})
+		if err == nil && g.Epoch == adv.Status.Epoch {
+			break
+		}
+		if errors.Is(err, ErrSessionNotFound) { // it lapsed meanwhile, unrenewed
+			if s, err = a.OpenSession(ctx, alice, 15*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entity-tier acquire %v after the advance's grace (%v): %+v, %v; want granted in epoch %d", adv.Grace+10*time.Second, adv.Grace, g, err, adv.Status.Epoch)
+		}
 	}
 }
 

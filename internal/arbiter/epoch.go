@@ -556,6 +556,38 @@ func (a *Arbiter) allocateFirst(ctx context.Context, atLeast uint32) (uint32, er
 	return 0, fmt.Errorf("%w: the epoch counter kept moving", ErrUnavailable)
 }
 
+// sealSharedEpochs seals each cluster whose epoch a cluster before it has
+// too: clusters bootstrapped apart and then put behind one lockd. Two
+// clusters granting in one epoch could repeat a token when keys move
+// between them; an advance of the sealed one allocates it an epoch of its
+// own from the counter.
+func (a *Arbiter) sealSharedEpochs() {
+	seen := map[uint32]string{}
+	for _, c := range a.cells {
+		st := c.epoch.Load()
+		if st == nil || st.record == 0 {
+			continue
+		}
+		if other, ok := seen[st.record]; ok && !st.sealed {
+			c.seal(fmt.Sprintf("epoch %d is cluster %s's too, and no two clusters may share an epoch: %s (with --cluster %s)",
+				st.record, other, advanceHint(st.record, a.highestEpoch()), c.name))
+			continue
+		}
+		seen[st.record] = c.name
+	}
+}
+
+// seal seals the cell in its current epoch, for why; only a higher epoch
+// read from its store unseals it.
+func (c *cell) seal(why string) {
+	c.epochMu.Lock()
+	defer c.epochMu.Unlock()
+	st := *c.epoch.Load()
+	st.sealed, st.why = true, why
+	c.installLocked(&st)
+	c.log.Error("cluster sealed", "cluster", c.name, "reason", why)
+}
+
 // EpochRequest is a pending request to advance the epoch.
 type EpochRequest struct {
 	ID string `json:"id"`
