@@ -4,9 +4,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the tailer's; the only label is the cluster ID (hex).
+// Metrics are the tailers' of one process, shared by a tailer per
+// cluster; the only label is the cluster ID (hex).
+type Metrics = metrics
+
 type metrics struct {
-	leader       prometheus.Gauge
+	leader       *prometheus.GaugeVec
 	lagRevisions *prometheus.GaugeVec
 	lagSeconds   *prometheus.GaugeVec
 	window       *prometheus.GaugeVec
@@ -19,11 +22,15 @@ type metrics struct {
 	storeResets  prometheus.Counter
 }
 
+// NewMetrics registers the tailers' metrics with reg (none when nil), for
+// Config.Metrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics { return newMetrics(reg) }
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	cl := []string{"cluster"}
 	m := &metrics{
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockd_audit_leader",
-			Help: "1 while this lockd is the elected audit tailer of its cluster."}),
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockd_audit_leader",
+			Help: "1 while this lockd is the elected audit tailer of the cluster, 0 while it is a candidate."}, cl),
 		lagRevisions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockd_audit_lag_revisions",
 			Help: "Revisions in the store not yet stored in the history."}, cl),
 		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lockd_audit_lag_seconds",

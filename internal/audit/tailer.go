@@ -34,8 +34,11 @@ type Config struct {
 	// Name identifies this candidate in the election (lockd's address).
 	Name   string
 	Logger *slog.Logger
-	// Registerer receives the tailer's metrics (nil: none).
+	// Registerer receives the tailer's metrics (nil: none), unless Metrics
+	// is set: the metrics of several tailers of one process (one per
+	// cluster), registered once with NewMetrics.
 	Registerer prometheus.Registerer
+	Metrics    *Metrics
 	Now        func() time.Time
 	// BatchRows and BatchWait bound a batch: it is written when it has
 	// BatchRows rows or its first row has waited BatchWait (defaults 5000,
@@ -136,7 +139,11 @@ func New(cfg Config) (*Tailer, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	return &Tailer{cfg: cfg, m: newMetrics(cfg.Registerer)}, nil
+	m := cfg.Metrics
+	if m == nil {
+		m = newMetrics(cfg.Registerer)
+	}
+	return &Tailer{cfg: cfg, m: m}, nil
 }
 
 // Run campaigns and tails while elected, again after losing the election or
@@ -168,6 +175,13 @@ func (t *Tailer) Stored() (uint64, int64) {
 }
 
 func (t *Tailer) lead(ctx context.Context) error {
+	// The cluster, for the leader gauge: a candidate says 0.
+	resp, err := t.cfg.Client.Get(ctx, electionPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("audit: read the cluster: %w", err)
+	}
+	cluster := hex(resp.Header.ClusterId)
+	t.m.leader.WithLabelValues(cluster).Set(0)
 	sess, err := concurrency.NewSession(t.cfg.Client, concurrency.WithTTL(int((t.cfg.ElectionTTL+time.Second-1)/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("audit: election session: %w", err)
@@ -186,9 +200,9 @@ func (t *Tailer) lead(ctx context.Context) error {
 	if err := el.Campaign(cctx, t.cfg.Name); err != nil {
 		return fmt.Errorf("audit: campaign: %w", err)
 	}
-	t.setLeading(true)
-	defer t.setLeading(false)
-	t.cfg.Logger.Info("audit tailer elected", "name", t.cfg.Name)
+	t.setLeading(cluster, true)
+	defer t.setLeading(cluster, false)
+	t.cfg.Logger.Info("audit tailer elected", "name", t.cfg.Name, "cluster", cluster)
 	f := fence{key: el.Key(), rev: el.Rev()}
 	for cctx.Err() == nil {
 		err := t.tail(cctx, f)
@@ -206,11 +220,11 @@ func (t *Tailer) lead(ctx context.Context) error {
 	return fmt.Errorf("%w: the election session ended", ErrDeposed)
 }
 
-func (t *Tailer) setLeading(v bool) {
+func (t *Tailer) setLeading(cluster string, v bool) {
 	t.mu.Lock()
 	t.leading = v
 	t.mu.Unlock()
-	t.m.leader.Set(b2f(v))
+	t.m.leader.WithLabelValues(cluster).Set(b2f(v))
 }
 
 // fence is the leader key: a checkpoint write compares its create revision.

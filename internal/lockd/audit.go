@@ -104,12 +104,13 @@ func (a *AuditConfig) validate(add func(string, ...any)) {
 	}
 }
 
-// auditRun is the running history: tailer, sink and archiver.
+// auditRun is the running history: a tailer per etcd cluster, all writing
+// to one sink, and the archiver.
 type auditRun struct {
-	sink   audit.Sink
-	tailer *audit.Tailer
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	sink    audit.Sink
+	tailers []*audit.Tailer
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // startAudit opens the sink and starts the tailer (and the archiver) when
@@ -117,10 +118,6 @@ type auditRun struct {
 func (d *Daemon) startAudit(ctx context.Context, dataDir string, logger *slog.Logger) (*auditRun, error) {
 	ac := d.cfg.Audit
 	on := ac.Mode == AuditOn || (ac.Mode == AuditAuto && d.mode == "embedded")
-	if ac.Mode == AuditAuto && on && len(d.cfg.Clusters) > 0 {
-		logger.Warn("history off: with the tiers on several etcd clusters the audit tailer would read the coord cluster's grants only")
-		on = false
-	}
 	if !on {
 		return nil, nil
 	}
@@ -142,13 +139,21 @@ func (d *Daemon) startAudit(ctx context.Context, dataDir string, logger *slog.Lo
 		return nil, fmt.Errorf("--audit: open the history sink: %w", err)
 	}
 	ar := &auditRun{sink: sink}
-	ar.tailer, err = audit.New(audit.Config{
-		Client: d.backend.Client, Sink: sink, Name: d.cfg.Listen, Logger: logger.With("component", "audit"),
-		Registerer: d.reg, Now: d.cfg.Now, CompactionWindow: ac.CompactionWindow,
-	})
-	if err != nil {
-		_ = sink.Close()
-		return nil, err
+	// One tailer per cluster, each elected among the lockds on the
+	// cluster it tails: its checkpoint write is fenced by its leader key,
+	// which must be in the same cluster. The history merges them: a row's
+	// identity starts with its cluster's ID.
+	metrics := audit.NewMetrics(d.reg)
+	for _, c := range d.clients() {
+		t, err := audit.New(audit.Config{
+			Client: c.client, Sink: sink, Name: d.cfg.Listen, Logger: logger.With("component", "audit", "etcd", c.name),
+			Metrics: metrics, Now: d.cfg.Now, CompactionWindow: ac.CompactionWindow,
+		})
+		if err != nil {
+			_ = sink.Close()
+			return nil, err
+		}
+		ar.tailers = append(ar.tailers, t)
 	}
 	var arch *archive.Archiver
 	if ac.Archive.Endpoint != "" {
@@ -159,13 +164,15 @@ func (d *Daemon) startAudit(ctx context.Context, dataDir string, logger *slog.Lo
 	}
 	actx, cancel := context.WithCancel(context.Background())
 	ar.cancel = cancel
-	ar.wg.Add(1)
-	go func() { defer ar.wg.Done(); _ = ar.tailer.Run(actx) }()
+	for _, t := range ar.tailers {
+		ar.wg.Add(1)
+		go func() { defer ar.wg.Done(); _ = t.Run(actx) }()
+	}
 	if arch != nil {
 		ar.wg.Add(1)
 		go func() { defer ar.wg.Done(); _ = arch.Run(actx, ac.Archive.Every) }()
 	}
-	logger.Info("audit history on", "sink", what, "archive", ac.Archive.Endpoint != "")
+	logger.Info("audit history on", "sink", what, "archive", ac.Archive.Endpoint != "", "clusters", len(ar.tailers))
 	return ar, nil
 }
 
@@ -197,10 +204,10 @@ func (ar *auditRun) close() {
 	_ = ar.sink.Close()
 }
 
-// RunAudit runs only the audit history, no arbiter: the tailer (a candidate
-// in the cluster's election), its sink and the archive, on the external
-// cluster cfg names, serving /metrics on cfg.MetricsListen, until ctx ends.
-// It is `lockd audit`.
+// RunAudit runs only the audit history, no arbiter: a tailer per cluster
+// (each a candidate in its cluster's election), their sink and the
+// archive, on the external clusters cfg names, serving /metrics on
+// cfg.MetricsListen, until ctx ends. It is `lockd audit`.
 func RunAudit(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -222,6 +229,15 @@ func RunAudit(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer d.backend.Close()
+	_, err = d.openClusters(&d.cfg, dataDir)
+	defer func() {
+		for _, b := range d.clusterBackends {
+			b.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
 	ar, err := d.startAudit(ctx, dataDir, d.log)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -67,8 +68,10 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	backend *store.Backend
 	owns    bool // backend was opened here and is closed by Close
-	// clusterBackends are the other clusters' stores opened here, closed by Close.
+	// clusterBackends are the other clusters' stores opened here, closed
+	// by Close; others are every other cluster's client.
 	clusterBackends []*store.Backend
+	others          []namedClient
 	mode            string
 	tlsMode         string
 	watcher         *class.Watcher
@@ -614,11 +617,24 @@ func (d *Daemon) openClusters(cfg *Config, dataDir string) ([]arbiter.Cluster, e
 		for i, t := range c.Tiers {
 			tiers[i] = class.Tier(t)
 		}
+		d.others = append(d.others, namedClient{c.Name, b.Client})
 		out = append(out, arbiter.Cluster{Name: c.Name, Client: b.Client, Tiers: tiers,
 			StateFile: filepath.Join(dataDir, "epoch-state-"+c.Name+".json"),
 			Bootstrap: arbiter.Bootstrap{FreshStore: b.Fresh}})
 	}
 	return out, nil
+}
+
+// namedClient is an etcd cluster's client and its name.
+type namedClient struct {
+	name   string
+	client *clientv3.Client
+}
+
+// clients are the clients of every cluster lockd fronts, the coord
+// cluster's first.
+func (d *Daemon) clients() []namedClient {
+	return append([]namedClient{{clusterName(d.cfg.Cluster, d.backend.Embedded != nil), d.backend.Client}}, d.others...)
 }
 
 func openStore(opts *Config, dataDir string) (*store.Backend, string, error) {

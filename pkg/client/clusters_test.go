@@ -15,6 +15,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // splitEnv is a lockd fronting two etcd clusters: the coord cluster (the
@@ -27,7 +28,7 @@ type splitEnv struct {
 	proxy  *tcpproxy.Proxy
 }
 
-func startSplit(t *testing.T) *splitEnv {
+func startSplit(t *testing.T, audit bool) *splitEnv {
 	t.Helper()
 	dir := t.TempDir()
 	ep := lockdtest.FreeAddr(t)
@@ -50,7 +51,7 @@ kind: LockClass
 metadata: {name: leader, namespace: t}
 spec: {keys: ["t/leader/"], nestedIn: [std], purpose: correctness, enforcement: fenced, ttl: 5s, tier: coord, resource: test-db}
 `
-	env := lockdtest.Start(t, lockdtest.Options{Classes: classes, RequestTimeout: 2 * time.Second,
+	env := lockdtest.Start(t, lockdtest.Options{Classes: classes, RequestTimeout: 2 * time.Second, Audit: audit,
 		Clusters: []lockd.ClusterConfig{{Name: "entity", Tiers: []string{"entity"}, Backend: viaProxy}}})
 	return &splitEnv{env: env, entity: entity, proxy: proxy}
 }
@@ -92,7 +93,7 @@ func fencedInto(ch chan fenceAt) func(*client.Lock) {
 // cluster is back, the same session locks entity keys again, on a new
 // lease (the old one given up, never reused).
 func TestAPartitionFromTheEntityClusterFencesOnlyTheHoldThere(t *testing.T) {
-	sp := startSplit(t)
+	sp := startSplit(t, false)
 	c := sp.env.Client(t, lockdtest.Alice)
 	ctx := t.Context()
 
@@ -189,4 +190,48 @@ func holdExistsOn(t *testing.T, cli *clientv3.Client, key string) bool {
 		t.Fatal(err)
 	}
 	return len(resp.Kvs) == 1
+}
+
+// TestTheHistoryHasTheGrantsOfEveryCluster: with the tiers split, lockd
+// tails each cluster into the one history: a coord-tier and an
+// entity-tier lock's grant and release are there, each with its own
+// cluster's ID and epoch.
+func TestTheHistoryHasTheGrantsOfEveryCluster(t *testing.T) {
+	sp := startSplit(t, true)
+	c := sp.env.Client(t, lockdtest.Alice)
+	ctx := t.Context()
+	for _, key := range []string{"t/leader/a", "t/fast/b"} {
+		l, err := c.Acquire(ctx, key, "", func(*client.Lock) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clusterID := func(cli *clientv3.Client) uint64 {
+		resp, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.ClusterId
+	}
+	want := map[string]uint64{"t/leader/a": clusterID(sp.env.Backend.Client), "t/fast/b": clusterID(sp.entity.Client)}
+	lock, _ := sp.env.Raw(t, lockdtest.Alice)
+	var rows []*lockv1.HistoryEvent
+	lockdtest.WaitFor(t, 20*time.Second, "both keys' grant and release in the history", func() bool {
+		resp, err := lock.History(ctx, &lockv1.HistoryRequest{Key: "t/", Kinds: []string{"grant", "release"}})
+		rows = resp.GetEvents()
+		return err == nil && len(rows) == 4
+	})
+	epochs := map[string]uint32{}
+	for _, r := range rows {
+		if r.GetClusterId() != want[r.GetKey()] {
+			t.Fatalf("history row %v: cluster %x; want %x, the cluster %s lives on", r, r.GetClusterId(), want[r.GetKey()], r.GetKey())
+		}
+		epochs[r.GetKey()] = r.GetEpoch()
+	}
+	if epochs["t/leader/a"] == epochs["t/fast/b"] {
+		t.Fatalf("both clusters' rows are of epoch %d; no two clusters share an epoch", epochs["t/fast/b"])
+	}
 }
