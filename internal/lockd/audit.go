@@ -209,7 +209,13 @@ func (ar *auditRun) close() {
 // archive, on the external clusters cfg names, serving /metrics on
 // cfg.MetricsListen, until ctx ends. It is `lockd audit`.
 func RunAudit(ctx context.Context, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	// lockd audit serves /metrics only when asked (--metrics-listen empty:
+	// none); the arbiter's rule that it is host:port applies when given.
+	v := cfg
+	if v.MetricsListen == "" {
+		v.MetricsListen = "127.0.0.1:0"
+	}
+	if err := v.Validate(); err != nil {
 		return err
 	}
 	if len(cfg.EtcdEndpoints) == 0 {

@@ -1,12 +1,15 @@
 package lockdcmd
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/lockd"
 )
 
@@ -86,4 +89,30 @@ func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
 		require.Nil(t, o, "run was called")
 		require.Contains(t, stderr, tc.want)
 	}
+}
+
+// TestAuditTailsEveryClusterOfATopology: `lockd audit --topology` tails the
+// coord cluster and every other cluster the file names, as lockd does.
+func TestAuditTailsEveryClusterOfATopology(t *testing.T) {
+	split := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord]\n  endpoints: [http://a:2379]\n"+
+		"- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
+	audit := func(args ...string) (*Options, error) {
+		var got *Options
+		root := DefaultOptions()
+		cmd := newAuditCmd(&root, func(_ context.Context, o *Options) error { c := *o; got = &c; return nil })
+		cmd.SetArgs(args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		_, err := cli.Execute(t.Context(), cmd)
+		return got, err
+	}
+	o, err := audit("--topology", split)
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://a:2379"}, o.EtcdEndpoints)
+	require.Equal(t, []lockd.ClusterConfig{{Name: "entity-1", Tiers: []string{"entity"}, Endpoints: []string{"http://b:2379"}}}, o.Clusters)
+
+	_, err = audit("--topology", split, "--etcd-endpoints", "http://x:2379")
+	var usage *cli.UsageError
+	require.ErrorAs(t, err, &usage)
+	require.ErrorContains(t, err, "--etcd-endpoints: cannot be combined with --topology")
 }
