@@ -6,6 +6,7 @@
 package classdir
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,10 +21,15 @@ type Fenced struct {
 	// DurableName, when set, names a second class, the same but with
 	// fairness: durable.
 	DurableName string
+	// DurableTier is the durable class's tier (entity when empty): coord
+	// puts its keys on the coord cluster of a split topology.
+	DurableTier string
 	// OpenName, when set, names an efficiency class (advisory, so its TTL
 	// is OpenTTL, at least 30 s) declaring onQuorumLoss: open.
 	OpenName string
 	OpenTTL  time.Duration
+	// OpenTier is the open class's tier (entity when empty).
+	OpenTier string
 }
 
 // DurablePrefix is the prefix of the keys of the durable class: its keys
@@ -39,14 +45,14 @@ func Write(dir string, c Fenced, identities []string) error {
 	if err := os.MkdirAll(filepath.Join(dir, c.Namespace), 0o755); err != nil {
 		return err
 	}
-	cls := classDoc(c.Name, c.Namespace, c.TTL, fmt.Sprintf("  keys: [%q]\n", c.Namespace+"/"), c.Resource)
+	cls := classDoc(c.Name, c.Namespace, c.TTL, "entity", fmt.Sprintf("  keys: [%q]\n", c.Namespace+"/"), c.Resource)
 	nested := fmt.Sprintf("  nestedIn: [%s]\n", c.Name)
 	if c.DurableName != "" {
-		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL,
+		cls += "---\n" + classDoc(c.DurableName, c.Namespace, c.TTL, cmp.Or(c.DurableTier, "entity"),
 			fmt.Sprintf("  keys: [%q]\n", c.DurablePrefix())+nested+"  fairness: durable\n", c.Resource)
 	}
 	if c.OpenName != "" {
-		cls += "---\n" + strings.Replace(classDoc(c.OpenName, c.Namespace, c.OpenTTL,
+		cls += "---\n" + strings.Replace(classDoc(c.OpenName, c.Namespace, c.OpenTTL, cmp.Or(c.OpenTier, "entity"),
 			fmt.Sprintf("  keys: [%q]\n", c.OpenPrefix())+nested+"  onQuorumLoss: open\n  riskOwner: gate\n  waiverExpires: \"2099-01-01\"\n", c.Resource),
 			"purpose: correctness\n  enforcement: fenced", "purpose: efficiency\n  enforcement: advisory", 1)
 	}
@@ -75,7 +81,7 @@ func writeAtomic(path, body string) error {
 }
 
 // classDoc is one fenced LockClass document; extra is spec lines to add.
-func classDoc(name, namespace string, ttl time.Duration, extra, resource string) string {
+func classDoc(name, namespace string, ttl time.Duration, tier, extra, resource string) string {
 	return fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
 kind: LockClass
 metadata:
@@ -85,7 +91,7 @@ spec:
   purpose: correctness
   enforcement: fenced
   ttl: %s
-  tier: entity
+  tier: %s
 %s  resource: %s
-`, name, namespace, ttl, extra, resource)
+`, name, namespace, ttl, tier, extra, resource)
 }

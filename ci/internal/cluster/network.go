@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strings"
+	"sync"
 )
 
 // network puts each member in its own network namespace, joined to a bridge
@@ -30,8 +31,22 @@ func NetnsAvailable() error {
 	return nil
 }
 
+// subnets are the subnets this process's networks use: two clusters of
+// one run must not share one (their members' addresses would clash).
+var subnets = struct {
+	sync.Mutex
+	used map[int]bool
+}{used: map[int]bool{}}
+
 func newNetwork() (*network, error) {
-	n := &network{id: fmt.Sprintf("%04x", rand.IntN(1<<16)), subnet: fmt.Sprintf("10.199.%d", rand.IntN(250)+1)}
+	subnets.Lock()
+	s := rand.IntN(250) + 1
+	for subnets.used[s] {
+		s = s%250 + 1
+	}
+	subnets.used[s] = true
+	subnets.Unlock()
+	n := &network{id: fmt.Sprintf("%04x", rand.IntN(1<<16)), subnet: fmt.Sprintf("10.199.%d", s)}
 	n.bridge = "lg" + n.id + "br"
 	if err := run("ip", "link", "add", n.bridge, "type", "bridge"); err != nil {
 		return nil, err

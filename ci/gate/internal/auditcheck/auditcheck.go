@@ -51,7 +51,9 @@ func (r Result) Passed() bool { return len(r.Problems) == 0 }
 const lossWindow int64 = 5e9
 
 // Run checks rows against the operations the workers and the gate recorded.
-func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
+// clusterOf names the etcd cluster serving a key (nil: one serves them
+// all): a restore or a rebuild of one cluster loses only its keys' rows.
+func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf func(key string) string) Result {
 	res := Result{Rows: len(rows), ByKind: map[string]int{}}
 	started := map[uint64][]audit.Event{} // token -> rows that started it
 	ended := map[uint64][]audit.Event{}   // token -> rows that ended it
@@ -93,6 +95,9 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault) Result {
 		for _, f := range faults {
 			if f.Err != "" || (f.Kind != "restore" && f.Kind != "store-rebuild") || op.Call > f.End {
 				continue
+			}
+			if f.Cluster != "" && clusterOf != nil && clusterOf(op.Key) != f.Cluster {
+				continue // another cluster's store
 			}
 			// The gate lets the history catch up before it destroys the
 			// log; only the last moments can be lost. When no tailer caught
@@ -187,12 +192,12 @@ func (res *Result) checkAdvances(rows []audit.Event, faults []history.Fault) {
 	}
 }
 
-// nextWipe is the first restore or rebuild after f.
+// nextWipe is the first restore or rebuild of f's cluster after f.
 func nextWipe(faults []history.Fault, f history.Fault) (history.Fault, bool) {
 	var next history.Fault
 	found := false
 	for _, g := range faults {
-		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.Start > f.End && (!found || g.Start < next.Start) {
+		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.Cluster == f.Cluster && g.Start > f.End && (!found || g.Start < next.Start) {
 			next, found = g, true
 		}
 	}
@@ -238,11 +243,11 @@ func (res *Result) checkRevoked(op history.Op, forced, ended []audit.Event) {
 }
 
 // prevWipe is when the store life f ended began: the end of the restore or
-// rebuild before f (0: the run's start).
+// rebuild of f's cluster before f (0: the run's start).
 func prevWipe(faults []history.Fault, f history.Fault) int64 {
 	var at int64
 	for _, g := range faults {
-		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.End < f.Start && g.End > at {
+		if g.Err == "" && (g.Kind == "restore" || g.Kind == "store-rebuild") && g.Cluster == f.Cluster && g.End < f.Start && g.End > at {
 			at = g.End
 		}
 	}

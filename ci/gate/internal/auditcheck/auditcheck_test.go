@@ -50,7 +50,7 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := Run([]history.Op{grant, release, force}, tt.rows, tt.faults)
+			res := Run([]history.Op{grant, release, force}, tt.rows, tt.faults, nil)
 			if tt.want == "" {
 				if !res.Passed() {
 					t.Fatalf("problems: %v", res.Problems)
@@ -99,7 +99,7 @@ func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := Run([]history.Op{tt.force}, append(append([]audit.Event{}, grants...), tt.end), nil)
+			res := Run([]history.Op{tt.force}, append(append([]audit.Event{}, grants...), tt.end), nil, nil)
 			if res.RevokedHolds != tt.revoked {
 				t.Fatalf("revoked holds checked: %d, want %d", res.RevokedHolds, tt.revoked)
 			}

@@ -80,6 +80,10 @@ type Options struct {
 	// OpenTTL is the open class's TTL: an unprotected lock's keepalives go
 	// out every OpenTTL/3.
 	OpenTTL time.Duration
+	// ClusterOf names the etcd cluster serving a key, in a run on more than
+	// one: a quorum loss of one cluster holds only its keys' grants. Nil:
+	// one cluster serves every key.
+	ClusterOf func(key string) string
 }
 
 // Grant identifies one granted acquire.

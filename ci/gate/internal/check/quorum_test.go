@@ -194,3 +194,31 @@ func TestAcquireNamingAnotherClassIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestQuorumLossOfOneClusterHoldsOnlyItsKeys: with the tiers split, a
+// closed key of the cluster that kept quorum may be granted in the other
+// one's outage; a closed key of the failed cluster may not.
+func TestQuorumLossOfOneClusterHoldsOnlyItsKeys(t *testing.T) {
+	outage := history.Fault{Kind: KindQuorumLoss, Cluster: "entity", Start: 100e9, End: 110e9}
+	clusterOf := func(key string) string {
+		if strings.HasPrefix(key, "gate/d/") {
+			return "coord"
+		}
+		return "entity"
+	}
+	ops := []history.Op{
+		{Kind: history.Acquire, Key: "gate/d/k2", Token: 5, Outcome: history.Ok, Call: 101e9, Return: 102e9},
+		{Kind: history.Acquire, Key: "gate/k0", Token: 6, Outcome: history.Ok, Call: 103e9, Return: 104e9},
+	}
+	res := checkQuorumLoss(ops, Options{Faults: []history.Fault{outage}, ClusterOf: clusterOf})
+	if res.Inside != 1 || len(res.Details) != 1 || !strings.Contains(res.Details[0], `"gate/k0"`) {
+		t.Fatalf("inside %d, violations %v; want only gate/k0's grant, inside the entity cluster's outage", res.Inside, res.Details)
+	}
+	// And the other way round: a session that exists may be granted an
+	// entity key while the coord cluster has no quorum.
+	outage.Cluster = "coord"
+	res = checkQuorumLoss(ops, Options{Faults: []history.Fault{outage}, ClusterOf: clusterOf})
+	if res.Inside != 1 || len(res.Details) != 1 || !strings.Contains(res.Details[0], `"gate/d/k2"`) {
+		t.Fatalf("inside %d, violations %v; want only gate/d/k2's grant, inside the coord cluster's outage", res.Inside, res.Details)
+	}
+}

@@ -50,21 +50,31 @@ func (o *operators) adminAt(i int) lockv1.AdminServiceClient {
 	return lockv1.NewAdminServiceClient(o.conns[i])
 }
 
-// status is the epoch status of the arbiter at addr.
-func (o *operators) status(ctx context.Context, addr string) (*lockv1.EpochStatusResponse, error) {
-	for i, a := range o.r.arbiters {
-		if a.Addr == addr {
-			cctx, cancel := as(ctx, operator)
-			defer cancel()
-			return o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+// nextEpoch is the epoch an advance of any cluster must move to: above
+// every epoch any arbiter has seen on any cluster, and above the coord
+// cluster's allocation counter (a restore or a rebuild of the coord
+// cluster moves the counter back; the arbiters' memory does not).
+func (o *operators) nextEpoch(ctx context.Context) (uint32, error) {
+	var highest uint32
+	for i := range o.conns {
+		cctx, cancel := as(ctx, operator)
+		st, err := o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("epoch status of %s: %w", o.r.arbiters[i].Name, err)
+		}
+		highest = max(highest, st.GetEpoch(), st.GetHighestEpoch(), st.GetAllocatedEpoch())
+		for _, c := range st.GetClusters() {
+			highest = max(highest, c.GetEpoch(), c.GetHighestEpoch())
 		}
 	}
-	return nil, fmt.Errorf("no arbiter at %s", addr)
+	return highest + 1, nil
 }
 
-// waitSealed waits, up to 20s, until every arbiter reports itself sealed
-// and cond holds for its status; it returns the first arbiter's.
-func (o *operators) waitSealed(ctx context.Context, cond func(*lockv1.EpochStatusResponse) bool) (*lockv1.EpochStatusResponse, error) {
+// waitSealed waits, up to 20s, until every arbiter reports cluster ("" in
+// a run on one) sealed and cond holds for its status; it returns the
+// first arbiter's.
+func (o *operators) waitSealed(ctx context.Context, cluster string, cond func(*lockv1.EpochStatusResponse) bool) (*lockv1.EpochStatusResponse, error) {
 	deadline := time.Now().Add(20 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
@@ -72,7 +82,7 @@ func (o *operators) waitSealed(ctx context.Context, cond func(*lockv1.EpochStatu
 		all := true
 		for i := range o.conns {
 			cctx, cancel := as(ctx, operator)
-			st, err := o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{})
+			st, err := o.adminAt(i).EpochStatus(cctx, &lockv1.EpochStatusRequest{Cluster: cluster})
 			cancel()
 			if err != nil || !st.GetSealed() || !cond(st) {
 				all, last = false, err
@@ -97,14 +107,14 @@ func (o *operators) waitSealed(ctx context.Context, cond func(*lockv1.EpochStatu
 	return nil, fmt.Errorf("not within 20s (last: %v)", last)
 }
 
-// advance moves the epoch from `from` to `to` (0: from+1) the only way
-// lockd allows: one operator requests, the other approves.
-// advance has the two operators advance the epoch from from to to. It
-// returns the new epoch, the holds deleted and when grants resume (the
-// end of the advance's grace, on history.Now's clock).
-func (o *operators) advance(ctx context.Context, from, to uint32, reason string) (uint32, int64, int64, error) {
+// advance has the two operators advance the epoch of cluster ("" in a run
+// on one) from `from` to `to` (0: lockd's default, above every epoch
+// allocated), the only way lockd allows: one requests, the other
+// approves. It returns the new epoch, the holds deleted and when grants
+// resume (the end of the advance's grace, on history.Now's clock).
+func (o *operators) advance(ctx context.Context, cluster string, from, to uint32, reason string) (uint32, int64, int64, error) {
 	cctx, cancel := as(ctx, operator)
-	req, err := o.adminAt(0).RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: from, ToEpoch: to, Reason: reason})
+	req, err := o.adminAt(0).RequestEpochAdvance(cctx, &lockv1.RequestEpochAdvanceRequest{FromEpoch: from, ToEpoch: to, Reason: reason, Cluster: cluster})
 	cancel()
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("request epoch advance: %w", err)

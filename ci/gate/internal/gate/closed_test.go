@@ -45,3 +45,23 @@ func TestEveryRoundRebuildsRightAfterTheRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestASplitRoundTakesEachClusterOut: with the tiers split, a round of the
+// schedule restores and then rebuilds the entity cluster, and later the
+// coord cluster, each rebuild right after its restore.
+func TestASplitRoundTakesEachClusterOut(t *testing.T) {
+	base := rebuildAfterRestore([]string{KindLeaderPause, KindStoreRebuild, KindRestore, KindTailerKill})
+	for at := range len(base) + 1 {
+		r := &run{clusters: []*etcdCluster{{name: CoordCluster}, {name: EntityCluster}}, hits: map[string]int{}}
+		var got []string
+		for _, k := range eachClusterOut(base, at) {
+			if k == KindRestore || k == KindStoreRebuild {
+				got = append(got, k+"@"+r.target(k).name)
+			}
+		}
+		want := []string{"restore@entity", "store-rebuild@entity", "restore@coord", "store-rebuild@coord"}
+		if !slices.Equal(got, want) {
+			t.Errorf("at %d: %v; want %v", at, got, want)
+		}
+	}
+}

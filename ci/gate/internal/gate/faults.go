@@ -76,6 +76,9 @@ func (r *run) inject(ctx context.Context) {
 	order := slices.DeleteFunc(append([]string(nil), r.o.Faults...), func(k string) bool { return !scheduled(k) })
 	r.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	order = rebuildAfterRestore(order)
+	if r.split() {
+		order = eachClusterOut(order, r.rnd.IntN(len(order)+1))
+	}
 	quiet := func() bool {
 		d := time.Duration(1000+r.rnd.IntN(2000)) * time.Millisecond
 		if time.Until(end) < d {
@@ -102,11 +105,9 @@ func (r *run) inject(ctx context.Context) {
 		extend()
 		// Let the cluster settle before the next fault, so no two faults
 		// overlap and quorum is never lost by the schedule itself.
-		hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		if err := r.cl.WaitHealthy(hctx); err != nil {
+		if err := r.waitHealthy(ctx, 20*time.Second); err != nil {
 			r.logf("cluster not healthy after %s: %v", kind, err)
 		}
-		cancel()
 	}
 }
 
@@ -122,6 +123,28 @@ func rebuildAfterRestore(order []string) []string {
 	order = slices.DeleteFunc(order, func(k string) bool { return k == KindStoreRebuild })
 	i := slices.Index(order, KindRestore)
 	return slices.Insert(order, i+1, KindStoreRebuild)
+}
+
+// eachClusterOut puts a second restore, and the rebuild right after it,
+// at position at of order (a split run's round takes each cluster out:
+// target sends the first restore to the entity cluster, the second to the
+// coord cluster, and each rebuild where its restore went).
+func eachClusterOut(order []string, at int) []string {
+	pair := []string{KindRestore}
+	if slices.Contains(order, KindStoreRebuild) {
+		pair = append(pair, KindStoreRebuild)
+	}
+	if !slices.Contains(order, KindRestore) {
+		if !slices.Contains(order, KindStoreRebuild) {
+			return order
+		}
+		pair = []string{KindStoreRebuild}
+	}
+	// Not inside the first pair.
+	if i := slices.Index(order, pair[0]); at > i && at < i+len(pair) {
+		at = i + len(pair)
+	}
+	return slices.Insert(slices.Clone(order), min(at, len(order)), pair...)
 }
 
 // fits reports whether kind fits in what is left of the run (begin to
@@ -149,7 +172,7 @@ func (r *run) needs(kind string) time.Duration {
 	case KindClassReload:
 		return 7 * time.Second
 	case KindQuorumLoss:
-		return outageMin + outageJitter + 6*time.Second // and the restart
+		return r.outage() + outageJitter + 6*time.Second // and the restart
 	default:
 		return 5 * time.Second
 	}
@@ -157,42 +180,49 @@ func (r *run) needs(kind string) time.Duration {
 
 func (r *run) fault(ctx context.Context, kind string) error {
 	f := history.Fault{Kind: kind}
+	var c *etcdCluster
+	switch kind {
+	case KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause, KindRestore, KindStoreRebuild, KindQuorumLoss:
+		c = r.target(kind)
+		f.Cluster = c.name
+	}
+	r.settle(ctx, c)
 	var err error
 	switch kind {
 	case KindMemberKillLeader, KindMemberKillFollower:
-		m, lerr := r.cl.Leader(ctx)
+		m, lerr := c.Leader(ctx)
 		if lerr != nil {
 			return lerr
 		}
 		if kind == KindMemberKillFollower {
-			m = r.cl.Members[(m.Index+1+r.rnd.IntN(len(r.cl.Members)-1))%len(r.cl.Members)]
+			m = c.Members[(m.Index+1+r.rnd.IntN(len(c.Members)-1))%len(c.Members)]
 		}
-		f.Target, f.Start = m.Name, history.Now()
-		if err = r.cl.Kill(m); err == nil {
+		f.Target, f.Start = c.label(m.Name), history.Now()
+		if err = c.Kill(m); err == nil {
 			time.Sleep(time.Duration(1500+r.rnd.IntN(1500)) * time.Millisecond)
-			err = r.cl.Restart(m)
+			err = c.Restart(m)
 		}
 	case KindLeaderIsolate:
-		m, lerr := r.cl.Leader(ctx)
+		m, lerr := c.Leader(ctx)
 		if lerr != nil {
 			return lerr
 		}
-		f.Target, f.Start = m.Name, history.Now()
-		if err = r.cl.Isolate(m); err == nil {
+		f.Target, f.Start = c.label(m.Name), history.Now()
+		if err = c.Isolate(m); err == nil {
 			time.Sleep(time.Duration(3000+r.rnd.IntN(2000)) * time.Millisecond)
-			err = r.cl.Heal(m)
+			err = c.Heal(m)
 		}
 	case KindLeaderPause:
-		m, lerr := r.cl.Leader(ctx)
+		m, lerr := c.Leader(ctx)
 		if lerr != nil {
 			return lerr
 		}
-		f.Target, f.Start = m.Name, history.Now()
+		f.Target, f.Start = c.label(m.Name), history.Now()
 		// Past the election timeout (1 s): the others elect a new leader
 		// while this one still believes it leads.
-		if err = r.cl.Pause(m); err == nil {
+		if err = c.Pause(m); err == nil {
 			time.Sleep(time.Duration(2500+r.rnd.IntN(1500)) * time.Millisecond)
-			err = r.cl.Resume(m)
+			err = c.Resume(m)
 		}
 	case KindWorkerPause:
 		w, werr := r.nextAnnouncer(ctx, 15*time.Second) // after a restore nothing is held for the grace
@@ -215,13 +245,13 @@ func (r *run) fault(ctx context.Context, kind string) error {
 			err = a.WaitReady(ctx, 30*time.Second)
 		}
 	case KindRestore:
-		f.Target = "cluster"
-		err = r.restore(ctx, &f)
+		f.Target = c.label("cluster")
+		err = r.restore(ctx, &f, c)
 	case KindArbiterStop:
 		err = r.arbiterStop(ctx, &f)
 	case KindStoreRebuild:
-		f.Target = "cluster"
-		err = r.storeRebuild(ctx, &f)
+		f.Target = c.label("cluster")
+		err = r.storeRebuild(ctx, &f, c)
 	case KindTailerKill:
 		err = r.tailerKill(ctx, &f)
 	case KindForceRelease:
@@ -229,7 +259,7 @@ func (r *run) fault(ctx context.Context, kind string) error {
 	case KindClassReload:
 		err = r.classReload(ctx, &f)
 	case KindQuorumLoss:
-		err = r.quorumLoss(&f)
+		err = r.quorumLoss(&f, c)
 	default:
 		return fmt.Errorf("%w: unknown fault kind %q", ErrUsage, kind)
 	}
@@ -254,29 +284,43 @@ const (
 	outageSettle = 8 * time.Second
 	outageMin    = OpenAfter + RequestTimeout + outageSettle + 2*OpenTTL/3
 	outageJitter = 4 * time.Second
+	// outageClosed is how long a quorum loss lasts in a run without open
+	// keys (a split run's quorum loss of the entity cluster): past the
+	// arbiters' request timeout and --open-after, long enough for the
+	// workers' calls to time out.
+	outageClosed = 8 * time.Second
 )
+
+// outage is the shortest quorum loss of this run (outageMin with open
+// keys; outageClosed without).
+func (r *run) outage() time.Duration {
+	if len(r.openKeys) == 0 {
+		return outageClosed
+	}
+	return outageMin
+}
 
 // quorumLoss kills two members and restarts them after the arbiters have
 // been open long enough for an unprotected lock to outlive two keepalive
 // intervals (outageMin). The fault's window, Start to End, is from the
 // second kill to the first restart: no write can commit in it.
-func (r *run) quorumLoss(f *history.Fault) error {
-	i := r.rnd.IntN(len(r.cl.Members))
-	down := []*cluster.Member{r.cl.Members[i], r.cl.Members[(i+1)%len(r.cl.Members)]}
-	f.Target = down[0].Name + "," + down[1].Name
+func (r *run) quorumLoss(f *history.Fault, c *etcdCluster) error {
+	i := r.rnd.IntN(len(c.Members))
+	down := []*cluster.Member{c.Members[i], c.Members[(i+1)%len(c.Members)]}
+	f.Target = c.label(down[0].Name) + "," + c.label(down[1].Name)
 	for _, m := range down {
-		if err := r.cl.Kill(m); err != nil {
+		if err := c.Kill(m); err != nil {
 			return err
 		}
 	}
 	f.Start = history.Now()
-	time.Sleep(outageMin + time.Duration(r.rnd.Int64N(int64(outageJitter))))
+	time.Sleep(r.outage() + time.Duration(r.rnd.Int64N(int64(outageJitter))))
 	f.End = history.Now()
 	// Grants of every class are closed by design until the arbiters have
 	// read the epoch again after the restart.
 	f.GrantsClosedUntil = f.End + int64(4*time.Second)
 	for _, m := range down {
-		if err := r.cl.Restart(m); err != nil {
+		if err := c.Restart(m); err != nil {
 			return err
 		}
 	}
@@ -308,16 +352,18 @@ func (r *run) nextAnnouncer(ctx context.Context, d time.Duration) (*proc.Proc, e
 // then rolled back by the restore), restores every member from the snapshot
 // with a new cluster token, and has an operator advance the epoch. Until
 // the advance the arbiters must refuse every grant.
-func (r *run) restore(ctx context.Context, f *history.Fault) error {
-	snap := filepath.Join(r.dir, "etcd", "snapshot.db")
-	if err := r.cl.Snapshot(ctx, snap); err != nil {
+func (r *run) restore(ctx context.Context, f *history.Fault, c *etcdCluster) error {
+	snap := filepath.Join(r.dir, "etcd", "snapshot-"+cmp.Or(c.name, "main")+".db")
+	if err := c.Snapshot(ctx, snap); err != nil {
 		return err
 	}
 	time.Sleep(3 * time.Second)
-	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
-	r.readLine(ctx) // the store's life ends here
+	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second, c)
+	if c == r.lineCluster() {
+		r.readLine(ctx) // the store's life ends here
+	}
 	f.Start = history.Now()
-	if err := r.cl.Restore(ctx, snap); err != nil {
+	if err := c.Restore(ctx, snap); err != nil {
 		return err
 	}
 	admin, closeAdmin, err := r.admin()
@@ -325,11 +371,15 @@ func (r *run) restore(ctx context.Context, f *history.Fault) error {
 		return err
 	}
 	defer closeAdmin()
-	st, err := admin.waitSealed(ctx, func(*lockv1.EpochStatusResponse) bool { return true })
+	st, err := admin.waitSealed(ctx, c.name, func(*lockv1.EpochStatusResponse) bool { return true })
 	if err != nil {
 		return fmt.Errorf("lockd did not report the restored store as sealed: %w", err)
 	}
-	epoch, deleted, resume, err := admin.advance(ctx, st.GetEpoch(), max(st.GetEpoch(), st.GetHighestEpoch())+1, "release gate: restore fault")
+	next, err := admin.nextEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	epoch, deleted, resume, err := admin.advance(ctx, c.name, st.GetEpoch(), next, "release gate: restore fault")
 	if err != nil {
 		return err
 	}
@@ -389,30 +439,29 @@ func (r *run) arbiterStop(ctx context.Context, f *history.Fault) error {
 // storeRebuild wipes the cluster and starts it empty with the same
 // cluster ID: lockd must seal (no epoch record) and the run goes on only
 // after two operators initialise the epoch above every earlier one.
-func (r *run) storeRebuild(ctx context.Context, f *history.Fault) error {
+func (r *run) storeRebuild(ctx context.Context, f *history.Fault, c *etcdCluster) error {
 	admin, closeAdmin, err := r.admin()
 	if err != nil {
 		return err
 	}
 	defer closeAdmin()
-	highest := uint32(0)
-	for _, a := range r.arbiters {
-		st, err := admin.status(ctx, a.Addr)
-		if err != nil {
-			return fmt.Errorf("epoch status before the rebuild: %w", err)
-		}
-		highest = max(highest, st.GetHighestEpoch(), st.GetEpoch())
+	next, err := admin.nextEpoch(ctx)
+	if err != nil {
+		return fmt.Errorf("epoch status before the rebuild: %w", err)
 	}
-	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second)
-	r.readLine(ctx) // the store's life ends here
+	highest := next - 1
+	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second, c)
+	if c == r.lineCluster() {
+		r.readLine(ctx) // the store's life ends here
+	}
 	f.Start = history.Now()
-	if err := r.cl.Rebuild(ctx); err != nil {
+	if err := c.Rebuild(ctx); err != nil {
 		return err
 	}
-	if _, err := admin.waitSealed(ctx, func(st *lockv1.EpochStatusResponse) bool { return st.GetRecordMissing() }); err != nil {
+	if _, err := admin.waitSealed(ctx, c.name, func(st *lockv1.EpochStatusResponse) bool { return st.GetRecordMissing() }); err != nil {
 		return fmt.Errorf("lockd did not seal the rebuilt store for its missing epoch record: %w", err)
 	}
-	epoch, _, resume, err := admin.advance(ctx, 0, highest+1, "release gate: store rebuilt empty")
+	epoch, _, resume, err := admin.advance(ctx, c.name, 0, next, "release gate: store rebuilt empty")
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
-// Package gate is the release gate: it runs a 3-member etcd cluster, lockd
-// arbiters and worker processes as separate OS processes, injects faults
+// Package gate is the release gate: it runs two 3-member etcd clusters (a
+// coord and an entity cluster; or one serving both tiers), lockd arbiters
+// and worker processes as separate OS processes, injects faults
 // while the workers take locks and write a fenced store, and checks the
 // recorded history with Porcupine. One violation fails the gate.
 package gate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,6 +77,10 @@ type Options struct {
 	Workers  int
 	Arbiters int
 	Keys     int
+	// Clusters is 2 (the tiers split: a coord cluster serving the durable
+	// class, whose keys are the coord tier's, and an entity cluster serving
+	// the others) or 1 (one cluster serving both tiers).
+	Clusters int
 	// OpenKeys are more keys, gate/o/<i>, taken under OpenClassName. The
 	// quorum-loss fault checks what they are granted without quorum. The
 	// open class's 30 s TTL lengthens every epoch advance's grace, so a
@@ -117,6 +123,7 @@ type Summary struct {
 	Workers    int            `json:"workers"`
 	Arbiters   int            `json:"arbiters"`
 	Keys       int            `json:"keys"`
+	Clusters   int            `json:"clusters"`
 	Faults     int            `json:"faults"`
 	FaultKinds map[string]int `json:"faultKinds"`
 	// FailedFaults are injections that failed (they are not counted).
@@ -133,10 +140,12 @@ type Summary struct {
 	// Audit is the audit check: the history against what was observed.
 	Audit auditcheck.Result `json:"audit"`
 	// Line is the durable-line check on etcd's own history.
-	Line      LineResult `json:"line"`
-	Artifacts string     `json:"artifacts"`
-	Passed    bool       `json:"passed"`
-	Reason    string     `json:"reason,omitempty"`
+	Line LineResult `json:"line"`
+	// Split is the check of the tiers split over two clusters.
+	Split     *check.SplitResult `json:"split,omitempty"`
+	Artifacts string             `json:"artifacts"`
+	Passed    bool               `json:"passed"`
+	Reason    string             `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -145,7 +154,15 @@ type run struct {
 	exe      string
 	workerEx string // the workers' binary (built with gate_late_fence for that control)
 	rnd      *rand.Rand
-	cl       *cluster.Cluster
+	clusters []*etcdCluster // the coord cluster first
+	// hits counts the cluster-targeted faults of each kind so far, and
+	// first is the seeded cluster they start from (target).
+	hits  map[string]int
+	first int
+	// records are the epochs the gate read from each cluster's records:
+	// the advance of the entity cluster bootstrapped apart, and each
+	// cluster's /sys/epoch at the end.
+	records  map[string][]uint32
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
 	tailers  []*tailer         // the audit tailers (lockd audit)
@@ -178,9 +195,10 @@ const gateHistory = 999
 // Run runs the gate and returns its summary. The error is non-nil when the
 // gate fails (violations, too little work, or a control that found none).
 func Run(ctx context.Context, o Options) (Summary, error) {
-	r := &run{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x9a7e)), announce: make(chan int, 64), childRun: make(chan int, 64)}
+	r := &run{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x9a7e)), announce: make(chan int, 64), childRun: make(chan int, 64),
+		hits: map[string]int{}, records: map[string][]uint32{}}
 	s := Summary{Seed: o.Seed, Duration: o.Duration.String(), Fencing: o.Fencing, Broken: o.Broken, LateFence: o.LateFence,
-		Workers: o.Workers, Arbiters: o.Arbiters, Keys: o.Keys, FaultKinds: map[string]int{}}
+		Workers: o.Workers, Arbiters: o.Arbiters, Keys: o.Keys, Clusters: max(o.Clusters, 1), FaultKinds: map[string]int{}}
 	if err := r.setup(ctx, &s); err != nil {
 		r.teardown()
 		return s, err
@@ -289,15 +307,23 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 			return fmt.Errorf("%w (needed by %s; run as root, or leave it out of --faults)", err, KindLeaderIsolate)
 		}
 	}
-	ports, err := proc.FreePorts(6)
-	if err != nil {
-		return err
+	names := []string{""}
+	if o.Clusters > 1 {
+		names = []string{CoordCluster, EntityCluster}
 	}
-	r.cl, err = cluster.Start(ctx, cluster.Config{Dir: filepath.Join(r.dir, "etcd"), Exe: r.exe, Netns: useNetns, Ports: ports})
-	if err != nil {
-		return err
+	for _, name := range names {
+		ports, err := proc.FreePorts(6)
+		if err != nil {
+			return err
+		}
+		cl, err := cluster.Start(ctx, cluster.Config{Dir: filepath.Join(r.dir, "etcd", cmp.Or(name, "main")), Exe: r.exe, Netns: useNetns, Ports: ports})
+		if err != nil {
+			return err
+		}
+		r.clusters = append(r.clusters, &etcdCluster{Cluster: cl, name: name})
+		r.logf("gate: etcd cluster %s up: %s (netns %v)", cmp.Or(name, "main"), strings.Join(cl.Endpoints(), ","), useNetns)
 	}
-	r.logf("gate: etcd cluster up: %s (netns %v)", strings.Join(r.cl.Endpoints(), ","), useNetns)
+	r.first = r.rnd.IntN(len(r.clusters))
 
 	// lockd arbiters.
 	for i := range o.Workers {
@@ -310,23 +336,27 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	if err != nil {
 		return err
 	}
-	clusterID, err := r.cl.ID(ctx)
+	clusterID, err := r.coord().ID(ctx)
 	if err != nil {
 		return err
+	}
+	if r.split() {
+		if err := r.bootstrapApart(ctx, lockd); err != nil {
+			return err
+		}
 	}
 	for i := range o.Arbiters {
 		a := &proc.Lockd{Addr: fmt.Sprintf("127.0.0.1:%d", aports[2*i]), Metrics: fmt.Sprintf("127.0.0.1:%d", aports[2*i+1])}
 		a.Name = fmt.Sprintf("lockd-%d", i)
 		a.Bin = lockd
 		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
-		a.Args = []string{"--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--insecure-loopback",
-			"--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
-			"--operators", operator + "," + operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", RequestTimeout.String(),
+		a.Args = append(r.etcdArgs(), "--insecure-loopback", "--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
+			"--operators", operator+","+operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", RequestTimeout.String(),
 			"--open-after", OpenAfter.String(),
-			// A first deployment: epoch 1 on this cluster only. After the
-			// store-rebuild fault (same cluster ID, empty store) it does
+			// A first deployment: epoch 1 on the coord cluster only. After
+			// the store-rebuild fault (same cluster ID, empty store) it does
 			// nothing: every lockd's data dir then records an epoch.
-			"--bootstrap-epoch-cluster-id", clusterID}
+			"--bootstrap-epoch-cluster-id", clusterID)
 		if err := a.Start(); err != nil {
 			return err
 		}
@@ -343,6 +373,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		}
 	}
 	r.logf("gate: %d lockd arbiters ready", len(r.arbiters))
+	if r.split() {
+		if err := r.advanceApart(ctx); err != nil {
+			return err
+		}
+	}
 	if err := r.startTailers(ctx, lockd); err != nil {
 		return err
 	}
@@ -379,9 +414,12 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		if len(r.openKeys) > 0 {
 			w.Args = append(w.Args, "--open-keys", strings.Join(r.openKeys, ","), "--open-class", Namespace+"/"+OpenClassName)
 		}
-		if childWorker(i) {
+		switch {
+		case childWorker(i):
 			w.Args = append(w.Args, "--child")
-		} else if slices.Contains(o.Faults, KindReentrant) {
+		case i == 0 && r.split():
+			w.Args = append(w.Args, "--straddle") // one worker often holds a key on each cluster
+		case slices.Contains(o.Faults, KindReentrant):
 			w.Args = append(w.Args, "--reentrant")
 		}
 		if err := w.Start(); err != nil {
@@ -448,14 +486,15 @@ func (r *run) teardown() {
 		a.Stop(5 * time.Second)
 	}
 	r.drainHistory(context.Background())
-	if r.cl != nil {
+	if len(r.clusters) > 0 {
 		r.readLine(context.Background())
+		r.readRecords(context.Background())
 	}
 	if r.rec != nil {
 		_ = r.rec.Close()
 	}
-	if r.cl != nil {
-		r.cl.Close()
+	for _, c := range r.clusters {
+		c.Close()
 	}
 	if r.stopPG != nil {
 		_ = r.stopPG()
@@ -483,7 +522,12 @@ func (r *run) verdict(s *Summary) error {
 	if err != nil {
 		return err
 	}
-	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys, OpenTTL: OpenTTL})
+	var clusterOf func(string) string
+	if r.split() {
+		clusterOf = r.clusterOf
+	}
+	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys, OpenTTL: OpenTTL,
+		ClusterOf: clusterOf})
 	if err != nil {
 		return err
 	}
@@ -503,6 +547,12 @@ func (r *run) verdict(s *Summary) error {
 	s.Audit = ares
 
 	s.Line = r.lineVerdict()
+	var split check.SplitResult
+	if r.split() {
+		split = check.Split(ops, r.faults, check.SplitOptions{ClusterOf: r.clusterOf, Coord: CoordCluster, Records: r.records, Floor: BlastFloor,
+			Start: r.start, End: r.end})
+		s.Split = &split
+	}
 
 	closed := grantsClosed(r.faults, r.start, r.end)
 	s.GrantsClosed = closed.Round(time.Second).String()
@@ -517,7 +567,7 @@ func (r *run) verdict(s *Summary) error {
 	switch {
 	case r.o.Expect && r.o.BrokenRecovery && len(q.Overlaps) == 0:
 		verr = fmt.Errorf("%w: no consensus grant overlapped an untold unprotected holder (%d other violations)", ErrExpected, res.Violations)
-	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0:
+	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0 && split.Passed():
 		verr = ErrExpected
 	case r.o.Expect:
 		verr = nil
@@ -527,6 +577,10 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: the durable line: %d, the first: %s", ErrViolation, len(s.Line.Violations), s.Line.Violations[0])
 	case len(s.Line.ReadErrors) > 0:
 		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
+	case !split.Passed():
+		verr = fmt.Errorf("%w: the split topology: %d, the first: %s", ErrViolation, len(split.Details), split.Details[0])
+	case r.split() && r.clusterOutages() > 0 && split.BlastWindows == 0:
+		verr = fmt.Errorf("%w: no restore, rebuild or quorum loss of the entity cluster: the blast radius was not checked", ErrTooLittle)
 	case quorumRun && q.Unprotected == 0:
 		verr = fmt.Errorf("%w: %d quorum losses and no unprotected grant of an open key: the open posture was not exercised", ErrTooLittle, q.Outages)
 	case quorumRun && slices.Contains(q.CheckedUsablePerOutage, 0):
@@ -564,13 +618,13 @@ type LineResult struct {
 	ReadErrors []string `json:"readErrors,omitempty"`
 }
 
-// readLine reads the store's history of holds and waiter keys (its life
-// so far); the gate calls it before a restore or a rebuild ends a life,
-// and at the end.
+// readLine reads the durable keys' store's history of holds and waiter
+// keys (its life so far); the gate calls it before a restore or a rebuild
+// of that store ends a life, and at the end.
 func (r *run) readLine(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	life, err := linecheck.Read(ctx, r.cl.Client())
+	life, err := linecheck.Read(ctx, r.lineCluster().Client())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {

@@ -58,12 +58,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	o := Options{Out: stdout}
-	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" (every kind but quorum-loss) or \"none\": "+strings.Join(Kinds, ", "))
+	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" (every kind; quorum-loss only with --clusters 2) or \"none\": "+strings.Join(Kinds, ", "))
 	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long workers run under faults")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the schedule and the workers (0: from the clock; printed)")
 	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
 	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
 	fs.IntVar(&o.Keys, "keys", 4, "keys the workers contend on")
+	fs.IntVar(&o.Clusters, "clusters", 2, "etcd clusters: 2 splits the tiers (the durable class's keys are the coord tier's, on a cluster of their own), 1 serves both tiers from one")
 	fs.IntVar(&o.OpenKeys, "open-keys", 0, "more keys, under an efficiency class open on quorum loss (for the quorum-loss fault)")
 	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
@@ -90,6 +91,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch *faults {
 	case "all":
 		o.Faults = All()
+		if o.Clusters > 1 && o.OpenKeys == 0 {
+			// A split run's quorum losses are short (no open keys to
+			// exercise): the entity cluster's first, then the coord's.
+			o.Faults = append(o.Faults, KindQuorumLoss)
+		}
 	case "none", "":
 	default:
 		for _, k := range strings.Split(*faults, ",") {
@@ -104,8 +110,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gate: --netns must be on, off or auto, got %q\n", o.Netns)
 		return 2
 	}
-	if o.Workers < 2 || o.Arbiters < 1 || o.Keys < 1 || o.Duration <= 0 {
-		fmt.Fprintln(stderr, "gate: --workers must be at least 2, --arbiters and --keys at least 1, --duration positive")
+	if o.Workers < 2 || o.Arbiters < 1 || o.Keys < 1 || o.Duration <= 0 || o.Clusters < 1 || o.Clusters > 2 {
+		fmt.Fprintln(stderr, "gate: --workers must be at least 2, --arbiters and --keys at least 1, --clusters 1 or 2, --duration positive")
 		return 2
 	}
 	if o.Seed == 0 {
@@ -144,6 +150,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			q.Outages, q.Inside, q.Unprotected, a.Unprotected)
 		fmt.Fprintf(stdout, "  unprotected holds: %d told, %d released first, %d with no end; consensus grants over an untold holder: %d; still usable %s after the grant: %d checked (per outage %v)\n",
 			q.Told, q.Released, q.Unended, len(q.Overlaps), 2*OpenTTL/3, q.CheckedUsable, q.CheckedUsablePerOutage)
+	}
+	if sp := s.Split; sp != nil {
+		fmt.Fprintf(stdout, "split: epochs per cluster %v; entity outages %d (%.1fs), coord grants in them %d (%.2f/s, floor %.2f/s; elsewhere %.2f/s); workers holding on both as one began %d, fenced on the failed cluster only %d\n",
+			sp.Epochs, sp.BlastWindows, sp.BlastSeconds, sp.CoordGrants, sp.CoordGrantsPerSecond, sp.Floor, sp.CoordGrantsPerSecondElsewhere, sp.Straddles, sp.FencedOnFailedOnly)
+		for _, d := range sp.Details {
+			fmt.Fprintf(stdout, "  violation: %s\n", d)
+		}
 	}
 	fmt.Fprintf(stdout, "class mismatches refused: %d without quorum, %d with quorum (%d denied during a class-reload)\n",
 		q.MismatchesInside, q.MismatchesOutside, q.MismatchesExcused)

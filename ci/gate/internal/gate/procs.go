@@ -9,7 +9,8 @@ import (
 )
 
 // writeClasses writes the gate's lock classes: one fenced class with ttl,
-// the same with durable fairness, and a grant per worker except worker
+// the same with durable fairness and the open class (both of the coord
+// tier when the tiers are split), and a grant per worker except worker
 // drop (-1 keeps them all).
 func (r *run) writeClasses(ttl time.Duration, drop int) error {
 	var ids []string
@@ -19,6 +20,12 @@ func (r *run) writeClasses(ttl time.Duration, drop int) error {
 		}
 	}
 	c := classdir.Fenced{Namespace: Namespace, Name: ClassName, DurableName: DurableClassName, Resource: "gate-store", TTL: ttl}
+	if r.split() {
+		// On the coord cluster: the durable class, and the open class,
+		// whose open posture is the coord cluster's (lockd opens when the
+		// cluster of the sessions loses quorum).
+		c.DurableTier, c.OpenTier = "coord", "coord"
+	}
 	if len(r.openKeys) > 0 {
 		c.OpenName, c.OpenTTL = OpenClassName, OpenTTL
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/auditcheck"
@@ -22,8 +21,9 @@ type tailer struct {
 
 func (r *run) historyDB() string { return filepath.Join(r.dir, "audit.db") }
 
-// startTailers starts two audit tailers (lockd audit) on the cluster, both
-// writing the one SQLite history, and waits until one is elected.
+// startTailers starts two audit tailers (lockd audit) on the clusters,
+// both writing the one SQLite history, and waits until one is elected on
+// each cluster.
 func (r *run) startTailers(ctx context.Context, lockdBin string) error {
 	ports, err := proc.FreePorts(2)
 	if err != nil {
@@ -34,22 +34,38 @@ func (r *run) startTailers(ctx context.Context, lockdBin string) error {
 		t.Name = fmt.Sprintf("tailer-%d", i)
 		t.Bin = lockdBin
 		t.Log = filepath.Join(r.dir, "lockd", t.Name+".log")
-		t.Args = []string{"audit", "--etcd-endpoints", strings.Join(r.cl.Endpoints(), ","), "--audit-sqlite", r.historyDB(),
-			"--metrics-listen", t.metrics, "--data-dir", filepath.Join(r.dir, "lockd", t.Name), "--log-format", "text"}
+		t.Args = append(append([]string{"audit"}, r.etcdArgs()...), "--audit-sqlite", r.historyDB(),
+			"--metrics-listen", t.metrics, "--data-dir", filepath.Join(r.dir, "lockd", t.Name), "--log-format", "text")
 		if err := t.Start(); err != nil {
 			return err
 		}
 		r.tailers = append(r.tailers, t)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r.tailerLeader(ctx) != nil {
-			r.logf("gate: 2 audit tailers started, one elected")
-			return nil
+	for _, c := range r.clusters {
+		of, err := r.labelOf(ctx, c)
+		if err != nil {
+			return err
 		}
-		time.Sleep(200 * time.Millisecond)
+		for r.tailerLeader(ctx, of) == nil {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("gate: no audit tailer was elected on cluster %s in 30s (see %s)", c.label("cluster"), filepath.Join(r.dir, "lockd", "tailer-*.log"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
-	return fmt.Errorf("gate: no audit tailer was elected in 30s (see %s)", filepath.Join(r.dir, "lockd", "tailer-*.log"))
+	r.logf("gate: 2 audit tailers started, one elected on each of %d clusters", len(r.clusters))
+	return nil
+}
+
+// labelOf is the label selector of c's audit gauges: they are by cluster
+// ID, which a restore changes.
+func (r *run) labelOf(ctx context.Context, c *etcdCluster) (string, error) {
+	id, err := c.ID(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`{cluster="%s"}`, id), nil
 }
 
 // gauge reads one of the tailer's metrics.
@@ -57,9 +73,11 @@ func (t *tailer) gauge(ctx context.Context, name string) (float64, bool) {
 	return proc.Metric(ctx, t.metrics, name)
 }
 
-func (r *run) tailerLeader(ctx context.Context) *tailer {
+// tailerLeader is the tailer elected on the cluster of the label
+// selector of (labelOf), nil when none is.
+func (r *run) tailerLeader(ctx context.Context, of string) *tailer {
 	for _, t := range r.tailers {
-		if v, ok := t.gauge(ctx, "lockd_audit_leader"); ok && v == 1 {
+		if v, ok := t.gauge(ctx, "lockd_audit_leader"+of); ok && v == 1 {
 			return t
 		}
 	}
@@ -70,9 +88,14 @@ func (r *run) tailerLeader(ctx context.Context) *tailer {
 // (its batches are written every second, so the kill lands mid-batch or
 // between a batch and its checkpoint) and restarts it.
 func (r *run) tailerKill(ctx context.Context, f *history.Fault) error {
-	t := r.tailerLeader(ctx)
+	c := r.clusters[r.rnd.IntN(len(r.clusters))]
+	of, err := r.labelOf(ctx, c)
+	if err != nil {
+		return err
+	}
+	t := r.tailerLeader(ctx, of)
 	if t == nil {
-		return fmt.Errorf("no elected tailer to kill")
+		return fmt.Errorf("no elected tailer of cluster %s to kill", c.label("cluster"))
 	}
 	f.Target, f.Start = t.Name, history.Now()
 	t.Kill()
@@ -83,8 +106,10 @@ func (r *run) tailerKill(ctx context.Context, f *history.Fault) error {
 // drainHistory waits, after the workers and arbiters stopped, until the
 // elected tailer has stored everything, then stops the tailers.
 func (r *run) drainHistory(ctx context.Context) {
-	if !r.historyCaughtUp(ctx, 30*time.Second) {
-		r.logf("gate: the audit history did not catch up with the store in 30s; the audit check will say what is missing")
+	for _, c := range r.clusters {
+		if !r.historyCaughtUp(ctx, 30*time.Second, c) {
+			r.logf("gate: the audit history did not catch up with cluster %s in 30s; the audit check will say what is missing", c.label("cluster"))
+		}
 	}
 	for _, t := range r.tailers {
 		t.Stop(5 * time.Second)
@@ -102,11 +127,15 @@ func (r *run) auditVerdict(ctx context.Context, ops []history.Op) (auditcheck.Re
 	if err != nil {
 		return auditcheck.Result{}, err
 	}
-	return auditcheck.Run(ops, rows, r.faults), nil
+	var clusterOf func(string) string
+	if r.split() {
+		clusterOf = r.clusterOf
+	}
+	return auditcheck.Run(ops, rows, r.faults, clusterOf), nil
 }
 
-// historyCaughtUp waits until the elected tailer has read the store up to
-// its revision at the call, for at most d, and reports whether it did.
+// historyCaughtUp waits until the tailer elected on c has read its store up
+// to its revision at the call, for at most d, and reports whether it did.
 // Before a fault destroys the store's log (restore, rebuild), what the
 // store loses before any tailer read it is lost with the store, not missed
 // by the tailer, and the audit check must tell the two apart.
@@ -116,20 +145,20 @@ func (r *run) auditVerdict(ctx context.Context, ops []history.Op) (auditcheck.Re
 // store's own cluster say anything. The tailer has read the store up to
 // head when a probe of it saw at least head (lockd_audit_store_revision,
 // set last) and the lag as of that probe, or a later one, is 0.
-func (r *run) historyCaughtUp(ctx context.Context, d time.Duration) bool {
+func (r *run) historyCaughtUp(ctx context.Context, d time.Duration, c *etcdCluster) bool {
 	if len(r.tailers) == 0 {
 		return true
 	}
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	resp, err := r.cl.Client().Get(cctx, "/sys/epoch")
+	resp, err := c.Client().Get(cctx, "/sys/epoch")
 	if err != nil {
 		return false
 	}
 	head := float64(resp.Header.Revision)
 	of := fmt.Sprintf(`{cluster="%x"}`, resp.Header.ClusterId)
 	for cctx.Err() == nil {
-		if t := r.tailerLeader(cctx); t != nil {
+		if t := r.tailerLeader(cctx, of); t != nil {
 			probed, ok := t.gauge(cctx, "lockd_audit_store_revision"+of)
 			if ok && probed >= head {
 				if lag, ok := t.gauge(cctx, "lockd_audit_lag_revisions"+of); ok && lag == 0 {

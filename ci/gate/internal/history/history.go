@@ -138,9 +138,13 @@ type Op struct {
 type Fault struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target"`
-	Start  int64  `json:"start"`
-	End    int64  `json:"end"`
-	Note   string `json:"note,omitempty"`
+	// Cluster is the etcd cluster a cluster-targeted fault hit (a member
+	// kill, an isolation, a restore, ...); empty for the others, and in a
+	// run with one cluster.
+	Cluster string `json:"cluster,omitempty"`
+	Start   int64  `json:"start"`
+	End     int64  `json:"end"`
+	Note    string `json:"note,omitempty"`
 	// GrantsClosedUntil, when set, ends the window [Start, GrantsClosedUntil]
 	// in which no grant can be made by design: the store is sealed until
 	// the epoch advances, and grants then wait out the advance's grace.

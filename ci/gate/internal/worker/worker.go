@@ -77,6 +77,11 @@ type Options struct {
 	Wait         time.Duration
 	Child        bool // run each unit of work as a supervised child process
 	Reentrant    bool // sometimes re-acquire the held key from a second goroutine
+	// Straddle takes a second key every in-process round and holds both
+	// for straddleRounds rounds or more: with the tiers split, a durable key and a
+	// fenced one are on two clusters, and a fault of one must fence only
+	// the hold there.
+	Straddle bool
 }
 
 // Run is the worker process's main: it runs until SIGTERM.
@@ -98,6 +103,7 @@ func Run(args []string) error {
 	fs.DurationVar(&o.Wait, "wait", 3*time.Second, "acquire wait")
 	fs.BoolVar(&o.Child, "child", false, "run each unit of work as a supervised child")
 	fs.BoolVar(&o.Reentrant, "reentrant", false, "sometimes re-acquire the held key from a second goroutine")
+	fs.BoolVar(&o.Straddle, "straddle", false, "take a second key every round and hold both long (keys on two clusters when the tiers are split)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -155,6 +161,9 @@ const (
 	suspectOdds    = 3
 	leaveClassOdds = 4
 	pairOdds       = 5
+	// straddleRounds is the fewest rounds of work (100 to 600 ms each) a
+	// straddling worker does under a pair: about the gate's TTL.
+	straddleRounds = 16
 )
 
 // An unprotected lock is checked every unprotectedEvery while it is held,
@@ -382,11 +391,14 @@ func (w *worker) round(ctx context.Context) error {
 	}
 	var pair *client.Lock
 	var pairKey string
-	if releaseKind == history.Release && !open && w.rnd.IntN(pairOdds) == 0 {
+	if releaseKind == history.Release && !open && (w.o.Straddle || w.rnd.IntN(pairOdds) == 0) {
 		pairKey, pair = w.pair(ctx, cli, key)
 	}
 	rounds := 1
-	if w.rnd.IntN(10) < 3 || pair != nil {
+	switch {
+	case w.o.Straddle && pair != nil:
+		rounds = straddleRounds + w.rnd.IntN(straddleRounds) // past the TTL, so a fault of one cluster fences the hold there
+	case w.rnd.IntN(10) < 3 || pair != nil:
 		rounds = 3 + w.rnd.IntN(4) // hold long
 	}
 	for i := 0; i < rounds && ctx.Err() == nil; i++ {
