@@ -154,6 +154,39 @@ func (c *cell) forgetLease(id int64) {
 	c.sessionLeases.bySession.compareAndDelete(s.session, s)
 }
 
+// homeOf is the session whose lease in cell c is lease: lease itself in
+// the home cell; elsewhere the session its record names, from memory or
+// else from the cell's records. Zero when no live record names lease (it
+// lapsed, or was revoked).
+func (a *Arbiter) homeOf(ctx context.Context, c *cell, lease int64) (int64, error) {
+	if c == a.home || lease == 0 {
+		return lease, nil
+	}
+	if s, ok := c.sessionLeases.byLease.load(lease); ok {
+		return s.session, nil
+	}
+	homes, err := c.leaseHomes(ctx)
+	return homes[lease], err
+}
+
+// leaseHomes maps every cluster lease of cell c to the session it extends,
+// read in one range of the records' keys (a session has one per cluster).
+func (c *cell) leaseHomes(ctx context.Context) (map[int64]int64, error) {
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(cctx, keyspace.ClusterSessionPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, storeErr(ctx, err)
+	}
+	homes := make(map[int64]int64, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if id, ok := keyspace.ClusterSessionID(string(kv.Key)); ok {
+			homes[kv.Lease] = id
+		}
+	}
+	return homes, nil
+}
+
 // findLease reads session hs's lease in cell c; nil when it has none.
 func (a *Arbiter) findLease(ctx context.Context, c *cell, hs *sessionInfo) (*sessionInfo, error) {
 	cctx, cancel := c.callCtx(ctx)
@@ -359,24 +392,60 @@ func (a *Arbiter) RenewLease(ctx context.Context, caller identity.Caller, sessio
 	return ans, nil
 }
 
-// revokeLeases revokes session id's leases on every cluster but the
-// coord's, as it closes; one that cannot be revoked lapses within a TTL.
-func (a *Arbiter) revokeLeases(ctx context.Context, id int64) {
+// revokeLeases revokes session home's leases on every cluster but the
+// coord's and except's (nil: none excepted), as it ends. The error names
+// each cluster whose lease could not be revoked; that lease lapses within
+// its TTL, since nobody renews a lease of a session that ended.
+func (a *Arbiter) revokeLeases(ctx context.Context, home int64, except *cell, fr *forceRecord) error {
+	var errs []error
 	for _, c := range a.cells[1:] {
-		cctx, cancel := c.callCtx(ctx)
-		resp, err := c.cli.Get(cctx, keyspace.ClusterSessionKey(id))
-		if err == nil && len(resp.Kvs) > 0 {
-			lease := resp.Kvs[0].Lease
-			if _, err = c.cli.Revoke(cctx, clientv3.LeaseID(lease)); err == nil || isLeaseNotFound(err) {
-				c.forgetLease(lease)
-				err = nil
-			}
+		if c == except {
+			continue
 		}
-		cancel()
-		if err != nil {
-			c.log.Warn("could not revoke a closed session's lease on a cluster; it lapses within its TTL", "session", id, "cluster", c.name, "err", err)
+		if err := a.revokeLeaseIn(ctx, c, home, fr); err != nil {
+			c.log.Warn("could not revoke an ended session's lease on a cluster; it lapses within its TTL", "session", home, "cluster", c.name, "err", err)
+			errs = append(errs, fmt.Errorf("session %d's lease on cluster %s: %w", home, c.name, err))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// revokeLeaseIn revokes session home's lease in cell c, if it has one. It
+// first leaves there what the audit history needs to say why the holds on
+// it end: the lease's record marked closing when the session closes, or
+// fr's record of a revoke by force-release.
+func (a *Arbiter) revokeLeaseIn(ctx context.Context, c *cell, home int64, fr *forceRecord) error {
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	sk := keyspace.ClusterSessionKey(home)
+	resp, err := c.cli.Get(cctx, sk)
+	if err != nil {
+		return storeErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	kv := resp.Kvs[0]
+	var rec sessionRecord
+	switch {
+	case fr != nil:
+		if err := a.putRevokeRecord(ctx, cctx, c, *fr, kv.Lease, home); err != nil {
+			return err
+		}
+	case json.Unmarshal(kv.Value, &rec) == nil:
+		rec.Closing = true
+		b, _ := json.Marshal(rec)
+		_, err := c.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(sk, string(b), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).Commit()
+		if err != nil && !isLeaseNotFound(err) { // gone already: nothing to revoke below
+			return storeErr(ctx, err)
+		}
+	}
+	if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(kv.Lease)); err != nil && !isLeaseNotFound(err) {
+		return storeErr(ctx, err)
+	}
+	c.forgetLease(kv.Lease)
+	return nil
 }
 
 // watchLeases forgets the cell's cluster leases that go away (expiry or

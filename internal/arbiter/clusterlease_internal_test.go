@@ -408,3 +408,115 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestForceReleaseRevokeSessionOfAnEntityHoldEndsTheSessionOnEveryCluster:
+// an operator who force-releases a hold on the entity cluster with
+// --revoke-session ends the holder's session, not only the lease that
+// stands for it there: its coord-tier holds go too, and its lease on the
+// entity cluster with every hold on it. Inspect names the session the
+// entity lease stands for, and the holder is told which hold was forced,
+// by whom, at its next renewal of the lease.
+func TestForceReleaseRevokeSessionOfAnEntityHoldEndsTheSessionOnEveryCluster(t *testing.T) {
+	tc := startTwoClusters(t)
+	a, ctx := tc.a, t.Context()
+	s, err := a.OpenSession(ctx, alice, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"t/leader/x", "t/job/1", "t/job/2"} {
+		if _, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := a.Inspect(ctx, op1, "t/job/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := in.Hold.Session
+	if in.Cluster != "entity" || lease == s || in.Hold.HomeSession != s {
+		t.Fatalf("inspect of the entity hold = cluster %q, session %d, home %d; want cluster entity, the entity lease, home session %d", in.Cluster, lease, in.Hold.HomeSession, s)
+	}
+	// Another arbiter (or this one after a restart) knows the lease only
+	// from its record on the entity cluster.
+	tc.entC.forgetLease(lease)
+	if in, err := a.Inspect(ctx, op1, "t/job/1"); err != nil || in.Hold.HomeSession != s {
+		t.Fatalf("inspect with the lease not in memory: home %d, %v; want %d, read from its record", in.Hold.HomeSession, err, s)
+	}
+
+	fr, err := a.RequestForceRelease(ctx, op1, "t/job/1", "INC-9: wedged", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.entC.forgetLease(lease)
+	if _, err := a.ApproveForceRelease(ctx, op2, fr.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, l := range []struct {
+		cli  *clientv3.Client
+		id   int64
+		what string
+	}{{tc.coord.Client, s, "the session (its coord lease)"}, {tc.entity.Client, lease, "its entity lease"}} {
+		if ttl, err := l.cli.TimeToLive(ctx, clientv3.LeaseID(l.id)); err != nil || ttl.TTL != -1 {
+			t.Fatalf("%s after --revoke-session: %+v, %v; want revoked (TTL -1)", l.what, ttl, err)
+		}
+	}
+	for _, h := range []struct {
+		cli *clientv3.Client
+		key string
+	}{{tc.coord.Client, "t/leader/x"}, {tc.entity.Client, "t/job/1"}, {tc.entity.Client, "t/job/2"}} {
+		if kv := getKV(t, h.cli, keyspace.HoldKey(h.key)); kv != nil {
+			t.Fatalf("hold %s outlived --revoke-session: %v", h.key, kv)
+		}
+	}
+	r, err := a.RenewLease(ctx, alice, s, "entity", lease)
+	if err != nil || r.TTL != 0 || len(r.Removed) != 1 || r.Removed[0].Key != "t/job/1" || r.Removed[0].Approver != op2.String() {
+		t.Fatalf("renewing the entity lease after the force-release = %+v, %v; want TTL 0 and the forced hold named with its approver", r, err)
+	}
+	// The coord cluster holds a record of the revoke, so its history
+	// records t/leader/x forced by the operators, not expired.
+	kv := getKV(t, tc.coord.Client, keyspace.ForceRecordPrefix+fr.ID)
+	if kv == nil {
+		t.Fatal("no record of the revoke on the coord cluster")
+	}
+	f, err := keyspace.DecodeForce(kv.Value)
+	if err != nil || !f.RevokeOnly || !f.RevokeSession || f.Session != s || f.Approver != op2.String() || f.Reason != "INC-9: wedged" {
+		t.Fatalf("the coord cluster's record of the revoke = %+v, %v; want revoke-only, of session %d, approved by op2 with the reason", f, err, s)
+	}
+}
+
+// TestClosingASessionMarksItsLeaseRecordsClosing: closing a session marks
+// its lease record on every other cluster closing before revoking the
+// lease, so the history records the holds there closed, not expired.
+func TestClosingASessionMarksItsLeaseRecordsClosing(t *testing.T) {
+	tc := startTwoClusters(t)
+	a, ctx := tc.a, t.Context()
+	s, err := a.OpenSession(ctx, alice, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/job/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := keyspace.ClusterSessionKey(s)
+	from := getKV(t, tc.entity.Client, sk).ModRevision
+	if err := a.CloseSession(ctx, alice, s); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for resp := range tc.entity.Client.Watch(wctx, sk, clientv3.WithRev(from+1), clientv3.WithPrevKV()) {
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypeDelete {
+				continue
+			}
+			rec, err := keyspace.DecodeSession(ev.PrevKv.Value)
+			if err != nil || !rec.Closing || ev.PrevKv.Lease != g.ClusterLease {
+				t.Fatalf("the entity lease record as it was deleted = %+v (lease %x), %v; want it marked closing, on lease %x", rec, ev.PrevKv.Lease, err, g.ClusterLease)
+			}
+			return
+		}
+	}
+	t.Fatal("the entity lease record was not deleted within 5s of the close")
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -53,6 +54,13 @@ type forceRecord struct {
 	Approver   string    `json:"approver"`
 	ApprovedAt time.Time `json:"approvedAt"`
 	Revoked    bool      `json:"sessionRevoked"`
+	// Home is the session Session's lease stands for, when Session is a
+	// cluster lease (clusterlease.go).
+	Home int64 `json:"home,omitempty"`
+	// RevokeOnly marks the record a revoke leaves on a cluster other than
+	// the forced hold's: it removed no hold of Key there, and says why the
+	// session's holds there end (the audit history records them forced).
+	RevokeOnly bool `json:"revokeOnly,omitempty"`
 }
 
 func newForceID() string {
@@ -188,6 +196,11 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		return ForceApproval{}, storeErr(ctx, err)
 	}
 	rec := forceRecord{ForceRelease: fr, Approver: who, ApprovedAt: a.now(), Revoked: fr.RevokeSession}
+	if fr.RevokeSession && c != a.home {
+		if rec.Home, err = a.homeOf(ctx, c, fr.Session); err != nil {
+			return ForceApproval{}, err
+		}
+	}
 	b, _ := json.Marshal(rec)
 	recKey := forceRecordPrefix + fr.ID
 	hk := holdKey(fr.Key)
@@ -212,10 +225,9 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision,
 		Requester: fr.Requester, Approver: who, Reason: fr.Reason}, time.Now())
 	if fr.RevokeSession {
-		if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(fr.Session)); err != nil && !isLeaseNotFound(err) {
-			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking session %d failed: %w", fr.Session, storeErr(ctx, err))
+		if err := a.revokeHolder(ctx, c, rec); err != nil {
+			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking its session failed: %w", err)
 		}
-		a.forgetIn(c, fr.Session)
 	}
 	c.memory.wakeHead(fr.Key)
 	a.metrics.forceReleases.WithLabelValues(ns, "approved").Inc()
@@ -223,6 +235,73 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,
 		"revoke_session", fr.RevokeSession)
 	return ForceApproval{ForceRelease: fr, RecordKey: recKey}, nil
+}
+
+// revokeHolder revokes the session whose lease in cell c is rec.Session,
+// with every hold it has on any cluster: its lease on the coord cluster
+// (the session itself) and its lease on every other. On each cluster but
+// c it first leaves a record of the revoke (revokeLeaseIn). When no record
+// names the session any more (the lease lapsed meanwhile), rec.Session
+// alone is revoked.
+func (a *Arbiter) revokeHolder(ctx context.Context, c *cell, rec forceRecord) error {
+	if c != a.home && rec.Home == 0 {
+		return a.revokeLease(ctx, c, rec.Session)
+	}
+	home := rec.Session
+	if c != a.home {
+		home = rec.Home
+	}
+	// The session first: once it is gone arbiters stop renewing its leases
+	// anywhere, so one whose revoke fails below lapses within a TTL.
+	if err := a.revokeSessionLease(ctx, c, home, rec); err != nil {
+		return err
+	}
+	var errs []error
+	if c != a.home {
+		errs = append(errs, a.revokeLease(ctx, c, rec.Session))
+	}
+	errs = append(errs, a.revokeLeases(ctx, home, c, &rec))
+	return errors.Join(errs...)
+}
+
+// revokeLease revokes lease id in cell c, with every hold on it.
+func (a *Arbiter) revokeLease(ctx context.Context, c *cell, id int64) error {
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	if _, err := c.cli.Revoke(cctx, clientv3.LeaseID(id)); err != nil && !isLeaseNotFound(err) {
+		return fmt.Errorf("session lease %d on cluster %s: %w", id, c.name, storeErr(ctx, err))
+	}
+	a.forgetIn(c, id)
+	return nil
+}
+
+// revokeSessionLease revokes session home's own lease, the coord
+// cluster's, recording why there first when the forced hold was elsewhere.
+func (a *Arbiter) revokeSessionLease(ctx context.Context, forced *cell, home int64, rec forceRecord) error {
+	if forced != a.home {
+		cctx, cancel := a.home.callCtx(ctx)
+		err := a.putRevokeRecord(ctx, cctx, a.home, rec, home, 0)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return a.revokeLease(ctx, a.home, home)
+}
+
+// putRevokeRecord leaves in cell c the record of a revoke of lease (of
+// session home, when lease is a cluster lease): rec, marked RevokeOnly.
+func (a *Arbiter) putRevokeRecord(ctx, cctx context.Context, c *cell, rec forceRecord, lease, home int64) error {
+	l, err := c.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
+	if err == nil {
+		rec.Session, rec.Home, rec.RevokeOnly = lease, home, true
+		b, _ := json.Marshal(rec)
+		_, err = c.cli.Put(cctx, forceRecordPrefix+rec.ID, string(b), clientv3.WithLease(l.ID))
+	}
+	if err != nil {
+		return fmt.Errorf("recording the revoke on cluster %s: %w", c.name, storeErr(ctx, err))
+	}
+	return nil
 }
 
 // DenyForceRelease withdraws a pending request (its requester) or refuses

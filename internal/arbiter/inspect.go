@@ -36,6 +36,11 @@ type HoldInfo struct {
 	// store's clock: its lease's remaining TTL when the arbiter read it,
 	// zero when the lease is gone. Only Inspect sets it.
 	SessionTTLLeft time.Duration
+	// HomeSession is the session the holder opened when Session is its
+	// lease on a cluster other than the coord cluster's; zero when Session
+	// is the session itself or no record names the lease any more. Only
+	// Inspect sets it.
+	HomeSession int64
 }
 
 // WaiterInfo is one waiter queued for a key.
@@ -134,6 +139,11 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	a.fillHold(&in.Hold, caller, c, h, holds[0].ModRevision)
 	if in.Hold.SessionTTLLeft, err = c.ttlLeft(ctx, holds[0].Lease); err != nil {
 		return Inspection{}, err
+	}
+	if c != a.home {
+		if in.Hold.HomeSession, err = a.homeOf(ctx, c, holds[0].Lease); err != nil {
+			return Inspection{}, err
+		}
 	}
 	return in, nil
 }

@@ -92,7 +92,7 @@ func (r *removedHolds) of(session int64) []RemovedHold {
 func (a *Arbiter) watchForced(ctx context.Context, c *cell) {
 	note := func(kv *mvccpb.KeyValue) {
 		var rec forceRecord
-		if json.Unmarshal(kv.Value, &rec) != nil || rec.Session == 0 {
+		if json.Unmarshal(kv.Value, &rec) != nil || rec.Session == 0 || rec.RevokeOnly {
 			return
 		}
 		if age := a.now().Sub(rec.ApprovedAt); !rec.ApprovedAt.IsZero() && age > removedKeep {

@@ -231,7 +231,7 @@ func (a *Arbiter) CloseSession(ctx context.Context, caller identity.Caller, id i
 		return storeErr(ctx, err)
 	}
 	a.forgetSession(id)
-	a.revokeLeases(ctx, id)
+	_ = a.revokeLeases(ctx, id, nil, nil) // logged there; each lapses within its TTL
 	a.log.Info("session closed", "session", id, "identity", s.identity)
 	return nil
 }

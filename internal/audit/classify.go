@@ -51,15 +51,23 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 			}
 		case strings.HasPrefix(k, keyspace.ForceRecordPrefix) && ev.Type == clientv3.EventTypePut && ev.IsCreate():
 			if f, err := keyspace.DecodeForce(ev.Kv.Value); err == nil {
-				forces[f.Key] = f
+				if !f.RevokeOnly {
+					forces[f.Key] = f
+				}
 				if f.RevokeSession {
 					s.revoking[f.Session] = f
 				}
 			} else {
 				s.bad++
 			}
-		case strings.HasPrefix(k, keyspace.SessionPrefix) && ev.Type == clientv3.EventTypeDelete:
+		case strings.HasPrefix(k, keyspace.SessionPrefix) && ev.Type == clientv3.EventTypeDelete,
+			strings.HasPrefix(k, keyspace.ClusterSessionPrefix) && ev.Type == clientv3.EventTypeDelete:
+			// A session, or its lease on this cluster: the holds on that
+			// lease end with it.
 			id, ok := keyspace.SessionID(k)
+			if _, cl := keyspace.ClusterSessionID(k); cl && ev.PrevKv != nil {
+				id, ok = ev.PrevKv.Lease, true
+			}
 			if !ok {
 				continue
 			}

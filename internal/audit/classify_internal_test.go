@@ -35,6 +35,10 @@ func TestClassifyTellsEveryEndApart(t *testing.T) {
 		return kv(keyspace.SessionKey(id), keyspace.Session{Identity: "spiffe://t/alice", TTL: 10, Closing: closing}, id, 5, 5)
 	}
 	tok := func(e uint32, rev int64) uint64 { return uint64(e)<<48 | uint64(rev) }
+	entityHold := kv("/l/pay/44", keyspace.Hold{Identity: alice.Identity, Session: 0x70, Class: "pay/ledger"}, 0x70, 12, 12)
+	leaseRec := func(closing bool) *mvccpb.KeyValue {
+		return kv(keyspace.ClusterSessionKey(7), keyspace.Session{Identity: alice.Identity, TTL: 10, Session: 7, Closing: closing}, 0x70, 6, 6)
+	}
 	tests := []struct {
 		name string
 		evs  []*clientv3.Event
@@ -51,6 +55,12 @@ func TestClassifyTellsEveryEndApart(t *testing.T) {
 				{Key: "pay/43", Kind: KindExpiry, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 11)}}},
 		{"session close: the record was marked closing", []*clientv3.Event{del("/l/pay/42", 20, aliceHold), del(keyspace.SessionKey(7), 20, sess(7, true))},
 			[]Event{{Key: "pay/42", Kind: KindSessionClose, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)}}},
+		// On a cluster other than the coord tier's, a session's holds are on
+		// its lease there, recorded under ClusterSessionKey(session).
+		{"expiry on another cluster: the session's lease record there deleted unmarked", []*clientv3.Event{del("/l/pay/44", 20, entityHold), del(keyspace.ClusterSessionKey(7), 20, leaseRec(false))},
+			[]Event{{Key: "pay/44", Kind: KindExpiry, EndedHolder: alice.Identity, EndedSession: 0x70, EndedToken: tok(3, 12)}}},
+		{"session close on another cluster: the lease record there was marked closing", []*clientv3.Event{del("/l/pay/44", 20, entityHold), del(keyspace.ClusterSessionKey(7), 20, leaseRec(true))},
+			[]Event{{Key: "pay/44", Kind: KindSessionClose, EndedHolder: alice.Identity, EndedSession: 0x70, EndedToken: tok(3, 12)}}},
 		{"force-release: the record in the same revision", []*clientv3.Event{
 			del("/l/pay/42", 20, aliceHold),
 			put(kv(keyspace.ForceRecordPrefix+"ab", keyspace.Force{Key: "pay/42", Requester: "op1", Approver: "op2", Reason: "INC-7 stuck"}, 99, 20, 20), nil)},
@@ -159,5 +169,33 @@ func TestClassifyUnprotectedGrants(t *testing.T) {
 				t.Errorf("bad records: %d, want %d", s.bad, tt.bad)
 			}
 		})
+	}
+}
+
+// TestClassifyRevokeOnAnotherClusterIsForcedNotExpired: a force-release
+// with --revoke-session of a hold on one cluster ends the session's holds
+// on every cluster; on the others, the revoke-only record it leaves makes
+// the holds its lease there takes with it forced, not expired, and names
+// no hold of its key as forced by itself.
+func TestClassifyRevokeOnAnotherClusterIsForcedNotExpired(t *testing.T) {
+	alice := keyspace.Hold{Identity: "spiffe://t/alice", Session: 0x70, Class: "pay/ledger"}
+	s := newStream(2, 5)
+	got := s.classify(30, []*clientv3.Event{
+		put(kv(keyspace.ForceRecordPrefix+"ab", keyspace.Force{Key: "pay/42", Session: 0x70, Home: 7, RevokeSession: true, RevokeOnly: true,
+			Requester: "op1", Approver: "op2", Reason: "r"}, 99, 30, 30), nil),
+		del("/l/pay/42", 30, kv("/l/pay/42", keyspace.Hold{Identity: "spiffe://t/bob", Session: 0x90}, 0x90, 11, 11)),
+	}, time.Now())
+	if len(got) != 1 || got[0].Kind != KindRelease {
+		t.Fatalf("another holder's release of the forced key on this cluster: %+v; want a release, not forced by a revoke-only record", got)
+	}
+	got = s.classify(31, []*clientv3.Event{
+		del("/l/pay/43", 31, kv("/l/pay/43", alice, 0x70, 12, 12)),
+		del(keyspace.ClusterSessionKey(7), 31, kv(keyspace.ClusterSessionKey(7), keyspace.Session{Identity: alice.Identity, Session: 7}, 0x70, 6, 6)),
+	}, time.Now())
+	if len(got) != 1 || got[0].Kind != KindForceRelease || got[0].Approver != "op2" || got[0].EndedSession != 0x70 {
+		t.Fatalf("the revoked lease's hold: %+v; want a force-release by op1 and op2", got)
+	}
+	if len(s.revoking) != 0 {
+		t.Fatalf("the revoked lease is still remembered: %v", s.revoking)
 	}
 }

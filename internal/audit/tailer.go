@@ -357,7 +357,11 @@ func (t *Tailer) streamAt(ctx context.Context, cluster uint64, rev int64) (*stre
 		}
 	}
 	for id, f := range asked {
-		sr, err := cli.Get(ctx, keyspace.SessionKey(id), clientv3.WithRev(rev), clientv3.WithCountOnly())
+		sk := keyspace.SessionKey(id)
+		if f.Home != 0 {
+			sk = keyspace.ClusterSessionKey(f.Home) // id is its lease on this cluster
+		}
+		sr, err := cli.Get(ctx, sk, clientv3.WithRev(rev), clientv3.WithCountOnly())
 		if err != nil {
 			return nil, 0, err
 		}

@@ -70,8 +70,14 @@ func SessionKey(id int64) string { return SessionPrefix + strconv.FormatInt(id, 
 func ClusterSessionKey(id int64) string { return ClusterSessionPrefix + strconv.FormatInt(id, 16) }
 
 // SessionID parses a session key; ok is false for any other key.
-func SessionID(k string) (int64, bool) {
-	rest, ok := strings.CutPrefix(k, SessionPrefix)
+func SessionID(k string) (int64, bool) { return idAfter(k, SessionPrefix) }
+
+// ClusterSessionID parses a ClusterSessionKey into the session it extends;
+// ok is false for any other key.
+func ClusterSessionID(k string) (int64, bool) { return idAfter(k, ClusterSessionPrefix) }
+
+func idAfter(k, prefix string) (int64, bool) {
+	rest, ok := strings.CutPrefix(k, prefix)
 	if !ok {
 		return 0, false
 	}
@@ -154,6 +160,13 @@ type Force struct {
 	RevokeSession bool      `json:"revokeSession"`
 	Approver      string    `json:"approver"`
 	ApprovedAt    time.Time `json:"approvedAt"`
+	// Home is the session Session's lease stands for when Session is its
+	// lease on a cluster other than the coord tier's (ClusterSessionKey).
+	Home int64 `json:"home,omitempty"`
+	// RevokeOnly: the record a revoke leaves on a cluster other than the
+	// forced hold's. It released no hold of Key there; it says why the
+	// session's holds there end.
+	RevokeOnly bool `json:"revokeOnly,omitempty"`
 }
 
 // DecodeHold decodes a hold record.

@@ -351,6 +351,7 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 		// Only Inspect reads the lease (ListHolds leaves it unset); zero
 		// here means the lease is gone.
 		resp.Hold.SessionTtlLeft = durationpb.New(in.Hold.SessionTTLLeft)
+		resp.Hold.HomeSessionId = in.Hold.HomeSession
 	}
 	for _, w := range in.Queue {
 		resp.Queue = append(resp.Queue, &lockv1.Waiter{

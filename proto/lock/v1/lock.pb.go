@@ -2115,8 +2115,14 @@ type Hold struct {
 	// remaining TTL when the arbiter read it): how long a crashed holder can
 	// keep the key.
 	SessionTtlLeft *durationpb.Duration `protobuf:"bytes,9,opt,name=session_ttl_left,json=sessionTtlLeft,proto3" json:"session_ttl_left,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The session the holder opened, when session_id is the lease that stands
+	// for it on a cluster other than the coord cluster's (one per session and
+	// cluster); unset when session_id is the session itself, or when the lease
+	// is gone. A force-release with revoke_session ends this session on every
+	// cluster. Only Inspect sets it.
+	HomeSessionId int64 `protobuf:"varint,10,opt,name=home_session_id,json=homeSessionId,proto3" json:"home_session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -2210,6 +2216,13 @@ func (x *Hold) GetSessionTtlLeft() *durationpb.Duration {
 		return x.SessionTtlLeft
 	}
 	return nil
+}
+
+func (x *Hold) GetHomeSessionId() int64 {
+	if x != nil {
+		return x.HomeSessionId
+	}
+	return 0
 }
 
 // Waiter is one Acquire waiting in line for a key: in the key's durable line
@@ -4615,7 +4628,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xd4\x02\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xfc\x02\n" +
 	"\x04Hold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
@@ -4627,7 +4640,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x03age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03age\x12$\n" +
 	"\x05token\x18\a \x01(\v2\x0e.lock.v1.TokenR\x05token\x12\x18\n" +
 	"\awaiters\x18\b \x01(\x05R\awaiters\x12C\n" +
-	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\"\xac\x01\n" +
+	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\x12&\n" +
+	"\x0fhome_session_id\x18\n" +
+	" \x01(\x03R\rhomeSessionId\"\xac\x01\n" +
 	"\x06Waiter\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +

@@ -52,6 +52,14 @@ func TestPrintKey(t *testing.T) {
 	gone := hold("payments/ledger/migrate", 20*time.Second, nil)
 	gone.SessionTtlLeft, gone.Waiters = durationpb.New(0), 0
 	golden.AssertPrinted(t, "key-held-lease-gone", NewKeyView("payments/ledger/migrate", &lockv1.InspectResponse{Held: true, Hold: gone, Class: "payments/migration"}))
+	// A hold on an entity cluster: its session is the lease standing for
+	// the holder's session there, and the home session is named.
+	entity := hold("payments/ledger/42", 20*time.Second, nil)
+	entity.SessionId, entity.HomeSessionId, entity.SessionTtlLeft, entity.Waiters = 7587889412345680001, 7587889412345678901, durationpb.New(14*time.Second), 0
+	entity.Class = "payments/ledger-writes"
+	golden.AssertPrinted(t, "key-held-entity", NewKeyView("payments/ledger/42", &lockv1.InspectResponse{
+		Held: true, Hold: entity, Class: "payments/ledger-writes", Tier: "entity", Cluster: "entity-1",
+	}))
 }
 
 func TestPrintHolds(t *testing.T) {

@@ -18,6 +18,11 @@ type HoldView struct {
 	Key       string `json:"key"`
 	Holder    string `json:"holder"`
 	SessionID int64  `json:"session_id,string"`
+	// HomeSessionID is the session the holder opened, when SessionID is
+	// its lease on a cluster other than the coord cluster's: what
+	// `force-release --revoke-session` ends, on every cluster. Only
+	// `inspect <key>` has it.
+	HomeSessionID int64 `json:"home_session_id,string,omitempty"`
 	// SessionTTLLeftSeconds is how long the holder's session has left by
 	// the store's clock (0: its lease is gone). Only `inspect <key>` has it.
 	SessionTTLLeftSeconds *float64   `json:"session_ttl_left_seconds,omitempty"`
@@ -70,6 +75,7 @@ func holdView(h *lockv1.Hold) HoldView {
 	v := HoldView{
 		Key: h.GetKey(), Holder: h.GetHolder(), SessionID: h.GetSessionId(), Class: h.GetClass(),
 		AcquiredAt: cmdutil.Time(h.GetAcquiredAt()), AgeSeconds: cmdutil.Seconds(h.GetAge()), Waiters: h.GetWaiters(),
+		HomeSessionID: h.GetHomeSessionId(),
 	}
 	if d := h.GetSessionTtlLeft(); d != nil {
 		s := cmdutil.Seconds(d)
@@ -128,6 +134,10 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 	if h := v.Hold; h != nil {
 		t.Field("Holder", printer.Cell{Text: h.Holder})
 		t.Field("Session", printer.Cell{Text: strconv.FormatInt(h.SessionID, 10)})
+		if h.HomeSessionID != 0 {
+			// Session is the lease standing for it on this cluster.
+			t.Field("Home session", printer.Cell{Text: strconv.FormatInt(h.HomeSessionID, 10)})
+		}
 		if h.SessionTTLLeftSeconds != nil {
 			t.Field("Session TTL left", printer.Cell{Text: t.Duration(cmdutil.Duration(*h.SessionTTLLeftSeconds))})
 		}
