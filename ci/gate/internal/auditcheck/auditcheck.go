@@ -158,13 +158,46 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 				res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) is not recorded as one with its operators and reason: %s", op.Key, op.Token, where(rs)))
 			case op.Revoke:
 				res.Revokes++
-				res.checkRevoked(op, rs, bySession[op.Session])
+				res.checkRevoked(op, rs, bySession[op.Session], ended)
 			}
 		}
 	}
 	res.checkAdvances(rows, faults)
+	res.checkReleasedByHolder(ops, rows)
 	sort.Strings(res.Problems)
 	return res
+}
+
+// checkReleasedByHolder: a hold a worker was granted that the history says
+// was released (or handed over by its release) was released by a call of
+// its holder: a Release whose outcome is ok or unknown, or that lockd
+// answered "not held" (a retry of a release that had committed), or an
+// Unhold. A release the client refused to send (its deadline had passed,
+// its session had ended) cannot explain one: a hold that ended with its
+// lease, by expiry, close or revoke, recorded as released would hide why
+// it ended.
+func (res *Result) checkReleasedByHolder(ops []history.Op, rows []audit.Event) {
+	granted := map[uint64]history.Op{}
+	released := map[uint64]bool{}
+	for _, op := range ops {
+		switch {
+		case op.Token == 0:
+		case (op.Kind == history.Acquire || op.Kind == history.Reenter) && op.Outcome == history.Ok:
+			granted[op.Token] = op
+		case op.Kind == history.Unhold,
+			op.Kind == history.Release && (op.Outcome != history.Fail || op.Err == ""):
+			released[op.Token] = true
+		}
+	}
+	for _, r := range rows {
+		if (r.Kind != audit.KindRelease && r.Kind != audit.KindHandoff) || released[r.EndedToken] {
+			continue
+		}
+		if op, ok := granted[r.EndedToken]; ok {
+			res.Problems = append(res.Problems, fmt.Sprintf("worker %d's hold of %s (token %d) is in the history as released (%s), but the worker never released it",
+				op.Worker, op.Key, r.EndedToken, where([]audit.Event{r})))
+		}
+	}
 }
 
 // checkAdvances: every restore and rebuild ends with two operators
@@ -223,21 +256,33 @@ func forcedByOperators(r audit.Event) bool {
 // holder released it (or closed the session) first, or an epoch advance
 // deleted it, the revoke ended it, and it must be recorded as a
 // force-release naming the operators and the reason, not as an expiry.
-func (res *Result) checkRevoked(op history.Op, forced, ended []audit.Event) {
+// The session's holds on other clusters (op.Others there, their rows in
+// ended by token) are held to the same rule: the revoke ends the session
+// on every cluster, leaving its record on each.
+func (res *Result) checkRevoked(op history.Op, forced, sessionEnded []audit.Event, ended map[uint64][]audit.Event) {
 	i := slices.IndexFunc(forced, forcedByOperators)
 	at := forced[i]
-	for _, r := range ended {
-		if r.ClusterID != at.ClusterID || r.Revision <= at.Revision || r.EndedToken == op.Token {
-			continue
-		}
+	check := func(r audit.Event) {
 		switch r.Kind {
 		case audit.KindRelease, audit.KindHandoff, audit.KindSessionClose, audit.KindEpochAdvance:
-			continue
+			return
 		}
 		res.RevokedHolds++
 		if !forcedByOperators(r) {
 			res.Problems = append(res.Problems, fmt.Sprintf("the force-release of %s (token %d) revoked session %d, which ended its hold of %s (token %d); the history says %s, not a force-release with the operators and reason",
 				op.Key, op.Token, op.Session, r.Key, r.EndedToken, where([]audit.Event{r})))
+		}
+	}
+	for _, r := range sessionEnded {
+		if r.ClusterID == at.ClusterID && r.Revision > at.Revision && r.EndedToken != op.Token {
+			check(r)
+		}
+	}
+	for _, o := range op.Others {
+		for _, r := range ended[o.Token] {
+			if r.ClusterID != at.ClusterID {
+				check(r)
+			}
 		}
 	}
 }

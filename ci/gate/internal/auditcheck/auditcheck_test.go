@@ -81,6 +81,15 @@ func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
 		}
 		return r
 	}
+	withOther := force
+	withOther.Others = []history.Held{{Key: "gate/k5", Token: 500}}
+	onOther := func(kind audit.Kind, operators bool) audit.Event {
+		r := audit.Event{ClusterID: 2, Revision: 9, Key: "gate/k5", Kind: kind, EndedToken: 500, EndedSession: 0x70}
+		if operators {
+			r.Requester, r.Approver, r.Reason = "a", "b", "r"
+		}
+		return r
+	}
 	tests := []struct {
 		name    string
 		force   history.Op
@@ -96,6 +105,13 @@ func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
 		{"ended before the force-release", force, ended(audit.KindExpiry, 180, false), 0, ""},
 		{"a force-release that did not revoke: a later expiry is an expiry", func() history.Op { f := force; f.Revoke = false; return f }(),
 			ended(audit.KindExpiry, 400, false), 0, ""},
+		// Session 7 held gate/k5 (token 500) on another cluster, where its
+		// lease stands for it: the revoke ends that lease too, and records
+		// why there.
+		{"its hold on another cluster forced by the revoke", withOther, onOther(audit.KindForceRelease, true), 1, ""},
+		{"its hold on another cluster left to lapse, an expiry", withOther, onOther(audit.KindExpiry, false), 1,
+			"which ended its hold of gate/k5 (token 500); the history says expiry gate/k5 at 2/0/9"},
+		{"its hold on another cluster released by its holder first", withOther, onOther(audit.KindRelease, false), 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,6 +119,50 @@ func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
 			if res.RevokedHolds != tt.revoked {
 				t.Fatalf("revoked holds checked: %d, want %d", res.RevokedHolds, tt.revoked)
 			}
+			if tt.want == "" {
+				if !res.Passed() {
+					t.Fatalf("problems: %v", res.Problems)
+				}
+				return
+			}
+			if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), tt.want) {
+				t.Fatalf("problems %v; want one with %q", res.Problems, tt.want)
+			}
+		})
+	}
+}
+
+// TestAHoldThatEndedWithItsLeaseIsNotRecordedAsReleased: the history once
+// recorded the holds an entity cluster's session lease took with it (an
+// expiry, a close, a revoke) as releases; a hold recorded released must
+// have been released by its holder.
+func TestAHoldThatEndedWithItsLeaseIsNotRecordedAsReleased(t *testing.T) {
+	grant := history.Op{Worker: 2, Kind: history.Acquire, Key: "gate/k2", Token: 300, Outcome: history.Ok, Call: 50e9}
+	release := func(out history.Outcome, err string) history.Op {
+		return history.Op{Worker: 2, Kind: history.Release, Key: "gate/k2", Token: 300, Outcome: out, Err: err, Call: 60e9}
+	}
+	row := func(kind audit.Kind) []audit.Event {
+		return []audit.Event{{ClusterID: 1, Revision: 10, Key: "gate/k2", Kind: audit.KindGrant, Token: 300},
+			{ClusterID: 1, Revision: 11, Key: "gate/k2", Kind: kind, EndedToken: 300}}
+	}
+	tests := []struct {
+		name string
+		ops  []history.Op
+		rows []audit.Event
+		want string
+	}{
+		{"released by its holder", []history.Op{grant, release(history.Ok, "")}, row(audit.KindRelease), ""},
+		{"a release whose answer was lost", []history.Op{grant, release(history.Unknown, "deadline exceeded")}, row(audit.KindRelease), ""},
+		{"lockd answered not held: a retry of a release that committed", []history.Op{grant, release(history.Fail, "")}, row(audit.KindRelease), ""},
+		{"an unhold of a re-entrant hold", []history.Op{grant, {Worker: 2, Kind: history.Unhold, Key: "gate/k2", Token: 300, Outcome: history.Ok, Err: "x", Call: 60e9}}, row(audit.KindRelease), ""},
+		{"its deadline passed, the client did not send the release: an expiry", []history.Op{grant, release(history.Fail, "lock deadline passed")}, row(audit.KindExpiry), ""},
+		{"the same recorded as a release", []history.Op{grant, release(history.Fail, "lock deadline passed")}, row(audit.KindRelease),
+			"worker 2's hold of gate/k2 (token 300) is in the history as released"},
+		{"never released, recorded as handed over", []history.Op{grant}, row(audit.KindHandoff), "the worker never released it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := Run(tt.ops, tt.rows, nil, nil)
 			if tt.want == "" {
 				if !res.Passed() {
 					t.Fatalf("problems: %v", res.Problems)

@@ -129,6 +129,8 @@ type Result struct {
 	Unprotected int `json:"unprotected"`
 	// QuorumLoss is the check of grants against the quorum-loss outages.
 	QuorumLoss QuorumResult `json:"quorum_loss"`
+	// Revokes is the check of force-releases that revoked the session.
+	Revokes RevokeResult `json:"revokes"`
 	// GoneChecked counts the holds whose supervised child was checked to be
 	// gone before a later holder wrote; LateUnits lists those that were not.
 	GoneChecked int        `json:"gone_checked"`
@@ -279,6 +281,9 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 	res.QuorumLoss = checkQuorumLoss(sorted, opt)
 	res.Details = append(res.Details, res.QuorumLoss.Details...)
 	res.Violations += len(res.QuorumLoss.Details)
+	res.Revokes = checkRevokes(sorted, opt.ClusterOf)
+	res.Details = append(res.Details, res.Revokes.Details...)
+	res.Violations += len(res.Revokes.Details)
 	return res, errors.Join(errs...)
 }
 

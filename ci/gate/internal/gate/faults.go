@@ -515,6 +515,9 @@ func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
 		f.Target, f.Start = key, history.Now()
 		op := r.rec.Begin(history.Force, key, tok, 0)
 		op.Session, op.Revoke = fr.GetSessionId(), revoke
+		if revoke {
+			op.Others = others
+		}
 		if err := admin.approveForce(ctx, fr.GetId()); err != nil {
 			err = client.Decode(err)
 			op.Err, op.Reason = err.Error(), client.Reason(err)
@@ -542,24 +545,32 @@ func (r *run) forceRelease(ctx context.Context, f *history.Fault) error {
 const pairWait = 15 * time.Second
 
 // pickHeld inspects the gate's keys and picks a held one at random (with
-// pair, only one whose session holds another key too; with revoke, the
-// oldest hold of the session picked). It returns the key, its hold, and
-// the other keys its session holds; a nil hold when none fits.
-func (r *run) pickHeld(ctx context.Context, admin *operators, revoke, pair bool) (string, *lockv1.InspectResponse, []string) {
+// pair, only one whose session holds another key too, on any cluster; with
+// revoke, the oldest hold of the session picked). It returns the key, its
+// hold, and the session's other holds; a nil hold when none fits.
+func (r *run) pickHeld(ctx context.Context, admin *operators, revoke, pair bool) (string, *lockv1.InspectResponse, []history.Held) {
 	bySession := map[int64][]string{}
 	holds := map[string]*lockv1.InspectResponse{}
 	var keys []string
+	// A hold on a cluster other than the coord's is on the session's lease
+	// there; the session is its home session.
+	sessionOf := func(k string) int64 {
+		if h := holds[k].GetHold(); h.GetHomeSessionId() != 0 {
+			return h.GetHomeSessionId()
+		}
+		return holds[k].GetHold().GetSessionId()
+	}
 	for _, key := range gateKeys(r.o.Keys) {
 		held, err := admin.inspect(ctx, key)
 		if err != nil || !held.GetHeld() {
 			continue
 		}
 		holds[key] = held
-		s := held.GetHold().GetSessionId()
+		s := sessionOf(key)
 		bySession[s] = append(bySession[s], key)
 		keys = append(keys, key)
 	}
-	session := func(k string) []string { return bySession[holds[k].GetHold().GetSessionId()] }
+	session := func(k string) []string { return bySession[sessionOf(k)] }
 	if pair {
 		keys = slices.DeleteFunc(keys, func(k string) bool { return len(session(k)) < 2 })
 	}
@@ -572,7 +583,12 @@ func (r *run) pickHeld(ctx context.Context, admin *operators, revoke, pair bool)
 			return cmp.Compare(holds[a].GetHold().GetToken().GetValue(), holds[b].GetHold().GetToken().GetValue())
 		})
 	}
-	others := slices.DeleteFunc(slices.Clone(session(key)), func(k string) bool { return k == key })
+	var others []history.Held
+	for _, k := range session(key) {
+		if k != key {
+			others = append(others, history.Held{Key: k, Token: holds[k].GetHold().GetToken().GetValue()})
+		}
+	}
 	return key, holds[key], others
 }
 

@@ -134,6 +134,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  audit: %s\n", p)
 	}
+	if rv := c.Revokes; rv.Revokes > 0 {
+		fmt.Fprintf(stdout, "revokes: %d force-releases revoked the session, which held %d other holds (%d on another cluster); none released after the approval: %v\n",
+			rv.Revokes, rv.Others, rv.OtherCluster, len(rv.Details) == 0)
+	}
 	l := s.Line
 	fmt.Fprintf(stdout, "durable line: %d store lives, %d grants of durable keys, %d with waiters in line, %d violations\n",
 		l.Lives, l.Grants, l.Contested, len(l.Violations))

@@ -132,6 +132,16 @@ type Op struct {
 	// force-release also revoked that session, ending its other holds.
 	Session int64 `json:"session,omitempty"`
 	Revoke  bool  `json:"revoke,omitempty"`
+	// Others are, for a Force that revoked the session, the session's other
+	// holds when the key was picked, on any cluster: the revoke must end
+	// them before the approval answers.
+	Others []Held `json:"others,omitempty"`
+}
+
+// Held is one hold: its key and token.
+type Held struct {
+	Key   string `json:"key"`
+	Token uint64 `json:"token"`
 }
 
 // Fault is one injected fault, for the report's timeline.
