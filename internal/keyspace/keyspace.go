@@ -50,6 +50,9 @@ const (
 	// ForceRecordPrefix + request ID is an approved force-release, written
 	// in the transaction that deletes the hold.
 	ForceRecordPrefix = "/sys/force/"
+	// ShardMapKey, on the coord tier's cluster, is the entity tier's shard
+	// map (internal/shardmap), JSON; absent until one is written.
+	ShardMapKey = "/sys/shardmap"
 	// AuditPrefix is the audit tailer's own state (election, checkpoints);
 	// the tailer ignores changes under it.
 	AuditPrefix = "/sys/audit/"
