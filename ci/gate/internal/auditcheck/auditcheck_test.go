@@ -51,15 +51,7 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := Run([]history.Op{grant, release, force}, tt.rows, tt.faults, nil)
-			if tt.want == "" {
-				if !res.Passed() {
-					t.Fatalf("problems: %v", res.Problems)
-				}
-				return
-			}
-			if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), tt.want) {
-				t.Fatalf("problems %v; want one with %q", res.Problems, tt.want)
-			}
+			wantProblem(t, res, tt.want)
 		})
 	}
 }
@@ -119,15 +111,7 @@ func TestARevokedSessionsOtherHoldsAreForcedNotExpired(t *testing.T) {
 			if res.RevokedHolds != tt.revoked {
 				t.Fatalf("revoked holds checked: %d, want %d", res.RevokedHolds, tt.revoked)
 			}
-			if tt.want == "" {
-				if !res.Passed() {
-					t.Fatalf("problems: %v", res.Problems)
-				}
-				return
-			}
-			if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), tt.want) {
-				t.Fatalf("problems %v; want one with %q", res.Problems, tt.want)
-			}
+			wantProblem(t, res, tt.want)
 		})
 	}
 }
@@ -163,15 +147,22 @@ func TestAHoldThatEndedWithItsLeaseIsNotRecordedAsReleased(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := Run(tt.ops, tt.rows, nil, nil)
-			if tt.want == "" {
-				if !res.Passed() {
-					t.Fatalf("problems: %v", res.Problems)
-				}
-				return
-			}
-			if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), tt.want) {
-				t.Fatalf("problems %v; want one with %q", res.Problems, tt.want)
-			}
+			wantProblem(t, res, tt.want)
 		})
+	}
+}
+
+// wantProblem fails t unless res has a problem containing want, or, with
+// want empty, none.
+func wantProblem(t *testing.T, res Result, want string) {
+	t.Helper()
+	if want == "" {
+		if !res.Passed() {
+			t.Fatalf("problems: %v", res.Problems)
+		}
+		return
+	}
+	if res.Passed() || !strings.Contains(strings.Join(res.Problems, "\n"), want) {
+		t.Fatalf("problems %v; want one with %q", res.Problems, want)
 	}
 }
