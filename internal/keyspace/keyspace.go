@@ -53,6 +53,15 @@ const (
 	// ShardMapKey, on the coord tier's cluster, is the entity tier's shard
 	// map (internal/shardmap), JSON; absent until one is written.
 	ShardMapKey = "/sys/shardmap"
+	// ShardVersionKey, on each entity shard, is the shard map version the
+	// shard serves (decimal; absent for version 0, the implicit map). Every
+	// grant on a shard compares it with the version the arbiter routed by,
+	// so an arbiter whose map is behind never grants there.
+	ShardVersionKey = "/sys/shardmap-version"
+	// RangeOutPrefix + range (a key prefix ending in "/"), on an entity
+	// shard, marks a range being moved away: no grant and no new waiter for
+	// a key in it is made on the shard while it exists.
+	RangeOutPrefix = "/sys/range-out/"
 	// AuditPrefix is the audit tailer's own state (election, checkpoints);
 	// the tailer ignores changes under it.
 	AuditPrefix = "/sys/audit/"
@@ -60,6 +69,10 @@ const (
 
 // OpenGraceKey is the etcd key of arbiter's open grace.
 func OpenGraceKey(arbiter string) string { return OpenGracePrefix + arbiter }
+
+// RangeOutKey is the etcd key that marks range as being moved away from
+// the shard it is on.
+func RangeOutKey(rng string) string { return RangeOutPrefix + rng }
 
 // HoldKey is the etcd key of lock key's hold.
 func HoldKey(key string) string { return HoldPrefix + key }

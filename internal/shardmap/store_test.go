@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/shardmap"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -71,5 +73,95 @@ func TestDecodeRefusesUnknownFields(t *testing.T) {
 	m, err := shardmap.Decode([]byte(`{"version":4,"shards":[{"name":"e1"},{"name":"e2","weight":2}],"overrides":[{"prefix":"big/","shard":"e2"}],"depth":{"orders":2}}`))
 	if err != nil || m.Version != 4 || m.Shards[1].Weight != 2 || m.Overrides[0].Shard != "e2" || m.Depth["orders"] != 2 {
 		t.Fatalf("Decode = %+v, %v", m, err)
+	}
+}
+
+// TestFlipPublishesOnEveryShardBeforeTheMap, on three real etcds (a coord
+// cluster and two shards): a flip writes the new version on every shard
+// of either map, then the map; from then on a transaction fenced by the
+// old version is refused by each shard (Moving, Served above Routed); a
+// shard serving an unexpected version stops the flip before the map is
+// written; a flip resumed after some shards were written completes.
+func TestFlipPublishesOnEveryShardBeforeTheMap(t *testing.T) {
+	dir := t.TempDir()
+	coord := lockdtest.StartEmbedded(t, filepath.Join(dir, "coord"))
+	t.Cleanup(coord.Close)
+	e1 := lockdtest.StartEmbedded(t, filepath.Join(dir, "e1"))
+	t.Cleanup(e1.Close)
+	e2 := lockdtest.StartEmbedded(t, filepath.Join(dir, "e2"))
+	t.Cleanup(e2.Close)
+	ctx := t.Context()
+	clients := map[string]clientv3.KV{"entity-1": e1.Client, "entity-2": e2.Client}
+
+	fenced := func(kv clientv3.KV, f shardmap.Fence) error {
+		t.Helper()
+		resp, err := kv.Txn(ctx).If(f.Cmps()...).Then(clientv3.OpPut("/x", "granted")).Else(f.Reads()...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if err := f.Refused(resp.Responses); err != nil {
+			return err
+		}
+		return errors.New("refused, and the fence's reads do not say why")
+	}
+	v0 := shardmap.Fence{Version: 0, Range: "payments/ledger/"}
+	if err := fenced(e1.Client, v0); err != nil {
+		t.Fatalf("version 0 on a shard never written: %v; want granted", err)
+	}
+
+	v1, err := shardmap.Flip(ctx, coord.Client, clients, shardmap.Stored{}, &shardmap.Map{Version: 1, Shards: shards(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, kv := range clients {
+		var mv *shardmap.Moving
+		if err := fenced(kv, v0); !errors.As(err, &mv) || mv.Served != 1 || mv.Routed != 0 || mv.Draining {
+			t.Fatalf("%s: a grant routed by version 0 after the flip to 1: %v; want Moving served 1", name, err)
+		}
+		if err := fenced(kv, shardmap.Fence{Version: 1, Range: "payments/ledger/"}); err != nil {
+			t.Fatalf("%s: a grant routed by version 1: %v; want granted", name, err)
+		}
+	}
+	if got, _ := shardmap.Get(ctx, coord.Client); got.Map == nil || got.Map.Version != 1 {
+		t.Fatalf("coord map = %+v; want version 1", got.Map)
+	}
+
+	// A range marked out is refused at the current version too.
+	if _, err := e1.Client.Put(ctx, keyspace.RangeOutKey("payments/ledger/"), "draining"); err != nil {
+		t.Fatal(err)
+	}
+	var mv *shardmap.Moving
+	if err := fenced(e1.Client, shardmap.Fence{Version: 1, Range: "payments/ledger/"}); !errors.As(err, &mv) || !mv.Draining {
+		t.Fatalf("a grant in a range marked out: %v; want Moving, draining", err)
+	}
+	if err := fenced(e1.Client, shardmap.Fence{Version: 1, Range: "payments/other/"}); err != nil {
+		t.Fatalf("a grant in another range: %v; want granted", err)
+	}
+
+	// Shard 2 at an unexpected version: nothing is flipped.
+	if _, err := e2.Client.Put(ctx, keyspace.ShardVersionKey, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shardmap.Flip(ctx, coord.Client, clients, v1, &shardmap.Map{Version: 2, Shards: shards(2)}); !errors.Is(err, shardmap.ErrShardVersion) || !strings.Contains(err.Error(), "shard entity-2 serves version 7") {
+		t.Fatalf("flip over a shard at version 7: %v; want ErrShardVersion naming the shard", err)
+	}
+	if got, _ := shardmap.Get(ctx, coord.Client); got.Map.Version != 1 {
+		t.Fatalf("coord map after a refused flip = version %d; want 1", got.Map.Version)
+	}
+	// Resumed: shard 1 was written by the refused flip; put shard 2 back
+	// and the flip completes.
+	if _, err := e2.Client.Put(ctx, keyspace.ShardVersionKey, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shardmap.Flip(ctx, coord.Client, clients, v1, &shardmap.Map{Version: 2, Shards: shards(2)}); err != nil {
+		t.Fatalf("resumed flip: %v", err)
+	}
+	for name, kv := range clients {
+		if resp, _ := kv.Get(ctx, keyspace.ShardVersionKey); len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+			t.Fatalf("%s serves %v; want 2", name, resp.Kvs)
+		}
 	}
 }

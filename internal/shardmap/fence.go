@@ -1,0 +1,166 @@
+package shardmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
+)
+
+// Implicit is the map in force while none is written: version 0, every
+// entity key on shard (the topology's first entity cluster).
+func Implicit(shard string) *Map {
+	return &Map{Version: 0, Shards: []Shard{{Name: shard}}}
+}
+
+// A Fence holds a transaction on a shard to the map it was routed by: it
+// succeeds only while the shard serves that map version and the key's range
+// is not being moved away. It is to a shard map what the epoch compare is to
+// a restore: an arbiter whose map is behind is refused by the shard itself,
+// whatever its watch delivered.
+type Fence struct {
+	// Version is the map version the key was routed by; Range is its range.
+	Version int64
+	Range   string
+}
+
+// Cmps are the fence's compares.
+func (f Fence) Cmps() []clientv3.Cmp {
+	ver := clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)
+	if f.Version != 0 {
+		ver = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(f.Version, 10))
+	}
+	return []clientv3.Cmp{ver, clientv3.Compare(clientv3.CreateRevision(keyspace.RangeOutKey(f.Range)), "=", 0)}
+}
+
+// Reads are what explains a refusal (Refused); a transaction puts them
+// last among its Else operations.
+func (f Fence) Reads() []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(keyspace.ShardVersionKey), clientv3.OpGet(keyspace.RangeOutKey(f.Range), clientv3.WithCountOnly())}
+}
+
+// Refused reads the last len(Reads()) responses of a refused transaction:
+// nil when the fence held (the refusal was for something else), else a
+// *Moving saying why.
+func (f Fence) Refused(resps []*pb.ResponseOp) error {
+	if len(resps) < 2 {
+		return nil
+	}
+	ver, out := resps[len(resps)-2].GetResponseRange(), resps[len(resps)-1].GetResponseRange()
+	served, err := servedVersion(ver.GetKvs())
+	if err != nil {
+		return err
+	}
+	if served != f.Version || out.GetCount() > 0 {
+		return &Moving{Range: f.Range, Routed: f.Version, Served: served, Draining: out.GetCount() > 0}
+	}
+	return nil
+}
+
+// servedVersion decodes a shard's version key (absent: 0).
+func servedVersion(kvs []*mvccpb.KeyValue) (int64, error) {
+	if len(kvs) == 0 {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(string(kvs[0].Value), 10, 64)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%w: %s is %q, not a map version", ErrInvalid, keyspace.ShardVersionKey, kvs[0].Value)
+	}
+	return v, nil
+}
+
+// Moving is a refusal by a shard's fence. It is retryable: a range being
+// drained is served again once its move completes (Draining), and an
+// arbiter routing by an older map than the shard serves (Served > Routed)
+// is served once it reads the new map.
+type Moving struct {
+	Range          string
+	Routed, Served int64
+	Draining       bool
+}
+
+func (m *Moving) Error() string {
+	switch {
+	case m.Draining:
+		return fmt.Sprintf("range %s is being moved to another shard", m.Range)
+	case m.Served > m.Routed:
+		return fmt.Sprintf("the shard map changed (version %d, routed by %d)", m.Served, m.Routed)
+	default:
+		return fmt.Sprintf("the shard map is changing (version %d is being published, the shard still serves %d)", m.Routed, m.Served)
+	}
+}
+
+// ErrShardVersion: a shard serves neither the map version being replaced
+// nor its successor: another writer is publishing, or the shard was
+// restored from an old backup. Nothing is flipped until an operator looks.
+var ErrShardVersion = errors.New("shardmap: a shard serves an unexpected map version")
+
+// Flip publishes next in place of prev, read by Get: it first writes
+// next's version on every shard of either map (so an arbiter still routing
+// by prev is refused by every shard from then on), then replaces the map on
+// the coord cluster. A shard already at next's version is left (a flip
+// resumed after a crash). shards must hold a client for every shard of both
+// maps.
+//
+// Flip does not drain: moving a range that has holds or waiters is the
+// rebalance controller's work, done before it flips.
+func Flip(ctx context.Context, coord clientv3.KV, shards map[string]clientv3.KV, prev Stored, next *Map) (Stored, error) {
+	if err := next.Validate(); err != nil {
+		return Stored{}, err
+	}
+	from := int64(0)
+	names := []string{}
+	if prev.Map != nil {
+		from = prev.Map.Version
+		for _, s := range prev.Map.Shards {
+			names = append(names, s.Name)
+		}
+	}
+	for _, s := range next.Shards {
+		if !slices.Contains(names, s.Name) {
+			names = append(names, s.Name)
+		}
+	}
+	for _, name := range names {
+		kv, ok := shards[name]
+		if !ok {
+			return Stored{}, fmt.Errorf("%w: shards: no client for shard %q", ErrInvalid, name)
+		}
+		if err := publish(ctx, kv, name, from, next.Version); err != nil {
+			return Stored{}, err
+		}
+	}
+	return Put(ctx, coord, prev, next)
+}
+
+// publish moves shard name's version from `from` to `to`.
+func publish(ctx context.Context, kv clientv3.KV, name string, from, to int64) error {
+	cur := clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)
+	if from != 0 {
+		cur = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(from, 10))
+	}
+	resp, err := kv.Txn(ctx).If(cur).
+		Then(clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(to, 10))).
+		Else(clientv3.OpGet(keyspace.ShardVersionKey)).Commit()
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", name, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	served, err := servedVersion(resp.Responses[0].GetResponseRange().GetKvs())
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", name, err)
+	}
+	if served == to {
+		return nil
+	}
+	return fmt.Errorf("%w: shard %s serves version %d; expected %d (the map's) or %d", ErrShardVersion, name, served, from, to)
+}
