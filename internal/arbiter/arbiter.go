@@ -36,6 +36,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/internal/shardmap"
 	"github.com/lockd-dev/lockd/internal/spool"
 )
 
@@ -175,6 +176,13 @@ type Arbiter struct {
 	// cell (cellFor). Today both tiers are served by home.
 	home  *cell
 	cells []*cell
+	// shards are the cells of the entity tier when several clusters serve
+	// it (or one apart from the coord tier's), in topology order; routes
+	// homes entity keys to them (shards.go). mapStale asks for the map to
+	// be read again.
+	shards   []*cell
+	routes   atomic.Pointer[shardRoutes]
+	mapStale chan struct{}
 
 	operators map[string]bool
 	oidcOps   bool
@@ -276,6 +284,18 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		if c != home {
 			c.allocate = a.allocateFirst
 		}
+		if slices.Contains(c.tiers, class.TierEntity) && c != home {
+			a.shards = append(a.shards, c)
+			c.shardOf, c.mapBehind = a.shardOf, a.mapBehind
+		}
+	}
+	if len(a.shards) > 0 {
+		rt, err := a.routesFor(shardmap.Implicit(a.shards[0].name))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInternal, err)
+		}
+		a.routes.Store(rt)
+		a.mapStale = make(chan struct{}, 1)
 	}
 	home.maxTTLSeen.Store(floor.MaxSessionTTL)
 	a.bg, a.stop = context.WithCancel(context.Background())
@@ -349,6 +369,15 @@ func (a *Arbiter) Start(ctx context.Context) error {
 		}
 	}
 	a.sealSharedEpochs()
+	if len(a.shards) > 0 {
+		rev, err := a.loadShardMap(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the shard map (%s) on the coord cluster: %w", keyspace.ShardMapKey, err)
+		}
+		a.wg.Add(2)
+		go func() { defer a.wg.Done(); a.watchShardMap(a.bg, rev) }()
+		go func() { defer a.wg.Done(); a.refreshShardMaps(a.bg) }()
+	}
 	for _, c := range a.cells {
 		// Quorum may have returned a moment ago, before another arbiter
 		// saw it and wrote its open grace (recovery.go).

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/shardmap"
 )
 
 // A cell is one etcd cluster and everything the arbiter keeps that is tied
@@ -63,6 +64,12 @@ type cell struct {
 	// sessionLeases are the sessions' leases on this cluster, when it is not the
 	// home one (clusterlease.go).
 	sessionLeases clusterLeases
+
+	// shardOf, for an entity shard, homes a key by the arbiter's shard map
+	// and names the fence of a grant there; mapBehind says a shard serves a
+	// newer map. Both nil for other cells (shards.go).
+	shardOf   func(key string) (*cell, shardmap.Fence)
+	mapBehind func()
 
 	open *openState // the open posture; nil without a spool
 	// readsFailing is when epoch reads started failing, as time since

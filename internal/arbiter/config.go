@@ -84,7 +84,6 @@ func (cfg *Config) validate(policy *Policy) error {
 		add("Cluster", "must be a DNS label (as a topology's cluster name), got %q", cfg.Cluster)
 	}
 	names := map[string]bool{cmp.Or(cfg.Cluster, DefaultCluster): true}
-	tiers := map[class.Tier]string{}
 	for i, cl := range cfg.Clusters {
 		f := fmt.Sprintf("Clusters[%d]", i)
 		switch {
@@ -106,11 +105,9 @@ func (cfg *Config) validate(policy *Policy) error {
 				add(f+".Tiers", "the coord tier stays on Client's cluster (it keeps the sessions and the epoch counter)")
 			case t != class.TierEntity:
 				add(f+".Tiers", "unknown tier %q (one of: entity)", t)
-			case tiers[t] != "":
-				add(f+".Tiers", "tier %s is served by cluster %q already", t, tiers[t])
-			default:
-				tiers[t] = cl.Name
 			}
+			// Several clusters may serve the entity tier: its shards,
+			// homed to by the shard map (shards.go).
 		}
 	}
 	for r := range cfg.RegionEndpoints {

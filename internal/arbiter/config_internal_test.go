@@ -72,7 +72,6 @@ func TestNewValidatesConfig(t *testing.T) {
 			`Clusters[1].Name: must be a DNS label`,
 			`Clusters[1].Client: required`,
 			`Clusters[1].Tiers: unknown tier "bulk"`,
-			`Clusters[3].Tiers: tier entity is served by cluster "e1" already`,
 			`Clusters[4].Tiers: must name the tiers cluster "e3" serves`,
 		}},
 		{name: "every violation at once", edit: func(c *Config) { c.Client, c.RequestTimeout, c.ValidateBurst = nil, -1, -1 },

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -428,6 +429,10 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		if openGraced(cls) {
 			return false, nil // granted only by its own transaction (recovery.go)
 		}
+		fence, fenced, err := c.fence(key)
+		if err != nil {
+			return false, nil // homed to another shard now: release as usual; the head hears MOVING
+		}
 		h := a.encodeHold(w.Identity, head.Lease, cls)
 		hq := string(head.Key)
 		cctx, cancel := c.txnCtx(ctx)
@@ -436,9 +441,13 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		if brokenLineOrder {
 			headCmps = headCmps[:1]
 		}
-		tr, err := c.cli.Txn(cctx).If(append(cmp, headCmps...)...).
+		var fenceReads []clientv3.Op
+		if fenced {
+			headCmps, fenceReads = append(headCmps, fence.Cmps()...), fence.Reads()
+		}
+		tr, err := c.cli.Txn(cctx).If(append(slices.Clip(cmp), headCmps...)...).
 			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)).Commit()
+			Else(append([]clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)}, fenceReads...)...).Commit()
 		cancel()
 		if err != nil {
 			return true, storeErr(ctx, err)
@@ -449,6 +458,9 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		if tr.Succeeded {
 			dl.handTo(key, hq, h.grant(0, st.epoch, tr.Header.Revision))
 			return true, nil
+		}
+		if c.fenceRefused(fence, fenced, tr) != nil {
+			return false, nil // the range is moving: release as usual
 		}
 		holds, eps := tr.Responses[0].GetResponseRange().Kvs, tr.Responses[1].GetResponseRange().Kvs
 		line := tr.Responses[2].GetResponseRange().Kvs

@@ -82,6 +82,13 @@ var (
 	// holder has lost its lock by its own deadline (open.go). Nothing was
 	// granted.
 	ErrOpenGrace = errors.New("arbiter: quorum has just returned: keys of classes open on quorum loss wait until every unprotected holder's deadline has passed")
+	// ErrMoving: the key's range is being moved to another entity shard,
+	// or the shard map changed under the request (this arbiter's map was
+	// behind the shard's, or the key was homed elsewhere while it waited).
+	// Nothing was granted; acquire again after a short pause: the range is
+	// served again once its move completes, and the arbiter reads the new
+	// map at once.
+	ErrMoving = errors.New("arbiter: moving")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

@@ -205,7 +205,16 @@ type linePos struct {
 // callers release a grant whose requester has left (releaseIfGone).
 func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
 	hk := holdKey(key)
-	lineCmps, lineThen, lineReads := lineOps(key, lease, pos)
+	fence, fenced, err := c.fence(key)
+	if err != nil {
+		return attempt{}, err
+	}
+	var fenceCmps []clientv3.Cmp
+	var fenceReads []clientv3.Op
+	if fenced {
+		fenceCmps, fenceReads = fence.Cmps(), fence.Reads()
+	}
+	lineCmps, lineThen, lineReads := lineOps(key, lease, pos, fenceCmps)
 	open := openGraced(h.cls)
 	grace := clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0)
 	if open {
@@ -232,11 +241,12 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 		if skipAbsenceCompare {
 			cmps = cmps[1:]
 		}
+		cmps = append(cmps, fenceCmps...)
 		start := time.Now()
 		resp, err := c.cli.Txn(cctx).
 			If(cmps...).
 			Then(append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
-			Else(append(holdReads(hk, open), lineReads...)...).
+			Else(append(append(holdReads(hk, open), lineReads...), fenceReads...)...).
 			Commit()
 		cancel()
 		if err != nil {
@@ -244,6 +254,11 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 		}
 		if _, err := c.checkHeader(resp.Header); err != nil {
 			return attempt{}, err
+		}
+		if !resp.Succeeded {
+			if err := c.fenceRefused(fence, fenced, resp); err != nil {
+				return attempt{}, err
+			}
 		}
 		if resp.Succeeded {
 			tok, err := token.Pack(st.epoch, resp.Header.Revision)
@@ -271,14 +286,15 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 // lineOps are the durable line's parts of a grant transaction for the
 // caller at pos (see tryGrant): compares, the ops after the hold's put, and
 // the reads on refusal (lineReads), followed for a newcomer joining by the
-// join itself.
-func lineOps(key string, session int64, pos linePos) (cmps []clientv3.Cmp, then, reads []clientv3.Op) {
+// join itself, which guard (the shard fence) holds too: no new waiter joins
+// a range being moved.
+func lineOps(key string, session int64, pos linePos, guard []clientv3.Cmp) (cmps []clientv3.Cmp, then, reads []clientv3.Op) {
 	qr := keyspace.QueueRange(key)
 	reads = lineReads(key, session, pos)
 	if pos.qk == "" {
 		if pos.join != "" {
 			qk := keyspace.QueueKey(key, session)
-			reads = append(reads, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)},
+			reads = append(reads, clientv3.OpTxn(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)}, guard...),
 				[]clientv3.Op{clientv3.OpPut(qk, pos.join, clientv3.WithLease(clientv3.LeaseID(session)))}, nil))
 		}
 		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()}, nil, reads
@@ -533,7 +549,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 	if req.Wait < 0 {
 		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
 	}
-	c := a.cellFor(cls)
+	c := a.cellFor(cls, req.Key)
 	tier, cluster = string(cls.Tier), c.name
 	if st := c.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)

@@ -93,6 +93,10 @@ type Inspection struct {
 	// Tier is the tier of Class (empty with it), and Cluster the etcd
 	// cluster the key was read from: the one its tier is served by.
 	Tier, Cluster string
+	// Range and ShardMapVersion, for a key of an entity tier split across
+	// shards, are its range and the map version it was routed by.
+	Range           string
+	ShardMapVersion int64
 }
 
 // Inspect describes key.
@@ -110,9 +114,13 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 	// class change, read from the home cell.
 	in, c := Inspection{}, a.home
 	if cls, ok := a.policy.Load().Classes.Owner(key); ok {
-		in.Class, in.Tier, c = cls.Ref(), string(cls.Tier), a.cellFor(cls)
+		in.Class, in.Tier, c = cls.Ref(), string(cls.Tier), a.cellFor(cls, key)
 	}
 	in.Cluster = c.name
+	if c.shardOf != nil {
+		_, f := c.shardOf(key)
+		in.Range, in.ShardMapVersion = f.Range, f.Version
+	}
 	cctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	resp, err := c.cli.Txn(cctx).Then(clientv3.OpGet(holdKey(key)), clientv3.OpGet(keyspace.QueueRange(key),

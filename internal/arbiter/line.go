@@ -38,9 +38,15 @@ func (c *cell) lineOf(req AcquireRequest, cls *class.Class) (line, error) {
 	return c.memory, nil
 }
 
-// cellFor is the cell that serves keys of cls: the cluster of its tier.
-// Routing is decided by the class, so in review, never by a caller.
-func (a *Arbiter) cellFor(cls *class.Class) *cell {
+// cellFor is the cell that serves key, of class cls: the cluster of its
+// tier, and for the entity tier split across shards the shard the map homes
+// key to. Routing is decided by the class and the map, so in review and by
+// operators, never by a caller.
+func (a *Arbiter) cellFor(cls *class.Class, key string) *cell {
+	if cls.Tier == class.TierEntity && len(a.shards) > 0 {
+		c, _ := a.shardOf(key)
+		return c
+	}
 	for _, c := range a.cells[1:] {
 		if slices.Contains(c.tiers, cls.Tier) {
 			return c
@@ -53,7 +59,7 @@ func (a *Arbiter) cellFor(cls *class.Class) *cell {
 // class owns cannot be held; it is looked up in the home cell.
 func (a *Arbiter) cellOfKey(key string) *cell {
 	if cls, ok := a.policy.Load().Classes.Owner(key); ok {
-		return a.cellFor(cls)
+		return a.cellFor(cls, key)
 	}
 	return a.home
 }

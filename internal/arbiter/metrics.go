@@ -60,6 +60,10 @@ type Metrics struct {
 	// wrongRegion counts per-key calls refused, before any etcd read,
 	// because the key's namespace is homed to another region.
 	wrongRegion *prometheus.CounterVec
+	// shardMapVersion is the shard map version this lockd routes entity
+	// keys by; moving counts grants a shard refused for a move (MOVING).
+	shardMapVersion prometheus.Gauge
+	moving          *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -144,6 +148,13 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		Name: "lockd_wrong_region_total",
 		Help: "Per-key calls refused before any etcd read because the key's namespace is homed to another region (WRONG_REGION)."}, []string{"namespace"})
 	reg.MustRegister(m.wrongRegion)
+	m.shardMapVersion = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_shard_map_version",
+		Help: "The entity tier's shard map version this lockd routes keys by (0: the implicit map, before one is written). Arbiters that disagree for long have a stalled map watch."})
+	m.moving = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_moving_refusals_total",
+		Help: "Grants an entity shard refused because the key's range is moving or the shard map changed (MOVING), by cluster."}, []string{"cluster"})
+	reg.MustRegister(m.shardMapVersion, m.moving)
 	m.graceActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lockd_epoch_grace_active", Help: "1 while grants on the cluster wait out an epoch advance's grace (the grace key exists in it)."}, []string{"cluster"})
 	m.epochReadAge.desc = prometheus.NewDesc("lockd_epoch_read_age_seconds",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -531,13 +532,25 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			unclaim()
 			return false, false, false, nil
 		}
+		fence, fenced, ferr := m.c.fence(key)
+		if ferr != nil {
+			// The key is homed to another shard now: release, and the
+			// woken head hears MOVING from its own attempt.
+			unclaim()
+			return false, false, false, nil
+		}
+		handCmps := append(slices.Clip(cmp), clientv3.Compare(clientv3.CreateRevision(keyspace.QueueRange(key)), "=", 0).WithPrefix())
+		var fenceReads []clientv3.Op
+		if fenced {
+			handCmps, fenceReads = append(handCmps, fence.Cmps()...), fence.Reads()
+		}
 		h := m.a.encodeHold(w.identity, w.session, cls)
 		cctx, cancel := m.c.txnCtx(ctx)
 		start := time.Now()
 		qr := keyspace.QueueRange(key)
-		resp, err := m.c.cli.Txn(cctx).If(append(cmp, clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix())...).
+		resp, err := m.c.cli.Txn(cctx).If(handCmps...).
 			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+			Else(append([]clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())}, fenceReads...)...).Commit()
 		cancel()
 		if err != nil {
 			if isLeaseNotFound(err) {
@@ -557,6 +570,10 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 		}
 		if !resp.Succeeded {
 			unclaim()
+			if m.c.fenceRefused(fence, fenced, resp) != nil {
+				// The range is moving: release without a handoff.
+				return false, false, false, nil
+			}
 			if resp.Responses[2].GetResponseRange().Count > 0 {
 				// Durable waiters are in line (a key taken under a durable
 				// class too): the key goes to their head, by its own

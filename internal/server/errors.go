@@ -47,6 +47,7 @@ const (
 	ReasonNoClass         = "NO_CLASS"
 	ReasonOpenGrace       = "OPEN_GRACE"
 	ReasonWrongRegion     = "WRONG_REGION"
+	ReasonMoving          = "MOVING"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -90,6 +91,7 @@ var errorTable = []struct {
 	{arbiter.ErrNoClass, codes.FailedPrecondition, ReasonNoClass},
 	{arbiter.ErrOpenGrace, codes.FailedPrecondition, ReasonOpenGrace},
 	{arbiter.ErrWrongRegion, codes.FailedPrecondition, ReasonWrongRegion},
+	{arbiter.ErrMoving, codes.Aborted, ReasonMoving},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

@@ -345,7 +345,8 @@ func (s *Server) Inspect(ctx context.Context, req *lockv1.InspectRequest) (*lock
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters), Class: in.Class, Tier: in.Tier, Cluster: in.Cluster}
+	resp := &lockv1.InspectResponse{Held: in.Held, Waiters: int32(in.Hold.Waiters), Class: in.Class, Tier: in.Tier, Cluster: in.Cluster,
+		Range: in.Range, ShardMapVersion: in.ShardMapVersion}
 	if in.Held {
 		resp.Hold = holdProto(in.Hold)
 		// Only Inspect reads the lease (ListHolds leaves it unset); zero

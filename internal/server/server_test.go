@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/status"
 
@@ -51,6 +52,7 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{fmt.Errorf("%w: no class of namespace t owns key t/x", arbiter.ErrNoClass), client.ErrNoClass},
 		{arbiter.ErrOpenGrace, client.ErrOpenGrace},
 		{&arbiter.WrongRegionError{Namespace: "t", Region: "us-east", Served: "eu-west", Endpoint: "lockd.us:7420"}, client.ErrWrongRegion},
+		{&arbiter.MovingError{RetryAfter: time.Second}, client.ErrMoving},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

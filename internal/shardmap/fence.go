@@ -102,53 +102,82 @@ func (m *Moving) Error() string {
 // restored from an old backup. Nothing is flipped until an operator looks.
 var ErrShardVersion = errors.New("shardmap: a shard serves an unexpected map version")
 
+// ErrEpochChanged: a shard's epoch record changed since it was read for
+// a move's epoch check; nothing was published on it. Check again.
+var ErrEpochChanged = errors.New("shardmap: a shard's epoch changed since the move's epoch check")
+
 // Flip publishes next in place of prev, read by Get: it first writes
-// next's version on every shard of either map (so an arbiter still routing
-// by prev is refused by every shard from then on), then replaces the map on
-// the coord cluster. A shard already at next's version is left (a flip
-// resumed after a crash). shards must hold a client for every shard of both
-// maps.
+// next's version on every shard of either map (Publish), so an arbiter
+// still routing by prev is refused by every shard from then on, then
+// replaces the map on the coord cluster. shards must hold a client for
+// every shard of both maps.
 //
 // Flip does not drain: moving a range that has holds or waiters is the
-// rebalance controller's work, done before it flips.
+// move controller's work (internal/shardmove), done before it flips.
 func Flip(ctx context.Context, coord clientv3.KV, shards map[string]clientv3.KV, prev Stored, next *Map) (Stored, error) {
 	if err := next.Validate(); err != nil {
 		return Stored{}, err
 	}
-	from := int64(0)
-	names := []string{}
-	if prev.Map != nil {
-		from = prev.Map.Version
-		for _, s := range prev.Map.Shards {
-			names = append(names, s.Name)
-		}
-	}
-	for _, s := range next.Shards {
-		if !slices.Contains(names, s.Name) {
-			names = append(names, s.Name)
-		}
-	}
-	for _, name := range names {
-		kv, ok := shards[name]
-		if !ok {
-			return Stored{}, fmt.Errorf("%w: shards: no client for shard %q", ErrInvalid, name)
-		}
-		if err := publish(ctx, kv, name, from, next.Version); err != nil {
-			return Stored{}, err
-		}
+	if err := Publish(ctx, shards, ShardsOf(prev.Map, next), prev.Version(), next.Version, nil); err != nil {
+		return Stored{}, err
 	}
 	return Put(ctx, coord, prev, next)
 }
 
-// publish moves shard name's version from `from` to `to`.
-func publish(ctx context.Context, kv clientv3.KV, name string, from, to int64) error {
-	cur := clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)
-	if from != 0 {
-		cur = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(from, 10))
+// Version is the stored map's version (0 when none was written).
+func (s Stored) Version() int64 {
+	if s.Map == nil {
+		return 0
 	}
-	resp, err := kv.Txn(ctx).If(cur).
+	return s.Map.Version
+}
+
+// ShardsOf names the shards of either map, prev's first.
+func ShardsOf(prev, next *Map) []string {
+	var names []string
+	for _, m := range []*Map{prev, next} {
+		if m == nil {
+			continue
+		}
+		for _, s := range m.Shards {
+			if !slices.Contains(names, s.Name) {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	return names
+}
+
+// Publish writes version to on each named shard that serves from (a
+// shard already at to is left: a publish resumed after a crash). A shard
+// named in epochAt is written only while its epoch record is still at the
+// mod revision given (ErrEpochChanged otherwise).
+func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string, from, to int64, epochAt map[string]int64) error {
+	for _, name := range names {
+		kv, ok := shards[name]
+		if !ok {
+			return fmt.Errorf("%w: shards: no client for shard %q", ErrInvalid, name)
+		}
+		rev, guarded := epochAt[name]
+		if err := publish(ctx, kv, name, from, to, rev, guarded); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish moves shard name's version from `from` to `to`.
+func publish(ctx context.Context, kv clientv3.KV, name string, from, to, epochRev int64, guarded bool) error {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)}
+	if from != 0 {
+		cmps[0] = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(from, 10))
+	}
+	if guarded {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keyspace.EpochKey), "=", epochRev))
+	}
+	resp, err := kv.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(to, 10))).
-		Else(clientv3.OpGet(keyspace.ShardVersionKey)).Commit()
+		Else(clientv3.OpGet(keyspace.ShardVersionKey), clientv3.OpGet(keyspace.EpochKey, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", name, err)
 	}
@@ -161,6 +190,9 @@ func publish(ctx context.Context, kv clientv3.KV, name string, from, to int64) e
 	}
 	if served == to {
 		return nil
+	}
+	if served == from {
+		return fmt.Errorf("%w: shard %s", ErrEpochChanged, name)
 	}
 	return fmt.Errorf("%w: shard %s serves version %d; expected %d (the map's) or %d", ErrShardVersion, name, served, from, to)
 }

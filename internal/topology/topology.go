@@ -89,7 +89,8 @@ func Load(path string) (*Topology, error) {
 }
 
 // Parse reads a topology and checks it: unknown fields, a tier served by
-// no cluster or by two, a cluster without endpoints, a certificate without
+// no cluster, the coord tier by two, the entity tier by several clusters
+// one of which serves the coord tier too, a cluster without endpoints, a certificate without
 // its key are refused, naming the field. TLS files are checked to be
 // readable.
 func Parse(b []byte) (*Topology, error) {
@@ -128,7 +129,8 @@ func (t *Topology) check() error {
 	if len(t.Clusters) == 0 {
 		return invalid("clusters", "at least one cluster is required")
 	}
-	served := map[string]string{} // tier -> the field that serves it
+	served := map[string]string{} // tier -> the (first) field that serves it
+	shardsWithCoord := false      // the first entity cluster serves coord too
 	names := map[string]string{}
 	for i, c := range t.Clusters {
 		at := fmt.Sprintf("clusters[%d]", i)
@@ -143,15 +145,22 @@ func (t *Topology) check() error {
 			return invalid(at+".endpoints", "at least one endpoint is required")
 		}
 		names[c.Name] = at
+		if served[TierEntity] == "" && slices.Contains(c.Tiers, TierEntity) {
+			shardsWithCoord = slices.Contains(c.Tiers, TierCoord)
+		}
 		for j, tier := range c.Tiers {
 			f := fmt.Sprintf("%s.tiers[%d]", at, j)
 			if !slices.Contains(Tiers, tier) {
 				return invalid(f, "%q is not a tier; one of %s", tier, strings.Join(Tiers, ", "))
 			}
-			if other := served[tier]; other != "" {
-				return invalid(f, "tier %s is already served by %s; each tier is served by one cluster", tier, other)
+			switch other := served[tier]; {
+			case other != "" && tier != TierEntity:
+				return invalid(f, "tier %s is already served by %s; each tier but entity is served by one cluster", tier, other)
+			case other != "" && (slices.Contains(c.Tiers, TierCoord) || shardsWithCoord):
+				return invalid(f, "tier entity is already served by %s; the entity tier may be split across several clusters (its shards), but then none of them serves the coord tier", other)
+			case other == "":
+				served[tier] = at
 			}
-			served[tier] = at
 		}
 		for j, e := range c.Endpoints {
 			if err := checkEndpoint(e); err != nil {
@@ -196,7 +205,7 @@ func (t *TLS) check(at string) error {
 	return nil
 }
 
-// Serving returns the cluster that serves tier.
+// Serving returns the (first) cluster that serves tier.
 func (t *Topology) Serving(tier string) *Cluster {
 	for i := range t.Clusters {
 		if slices.Contains(t.Clusters[i].Tiers, tier) {

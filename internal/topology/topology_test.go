@@ -10,7 +10,7 @@ import (
 
 const head = "apiVersion: lockd.dev/v1alpha1\nkind: Topology\n"
 
-func TestParseAcceptsOneClusterForBothTiersAndASplit(t *testing.T) {
+func TestParseAcceptsOneClusterForBothTiersASplitAndShards(t *testing.T) {
 	one, err := Parse([]byte(head + `region: eu-west
 clusters:
 - name: main
@@ -37,6 +37,23 @@ clusters:
 	if split.Serving(TierCoord).Name != "coord" || split.Serving(TierEntity).Name != "entity-1" {
 		t.Fatalf("split: %+v", split)
 	}
+	sharded, err := Parse([]byte(head + `clusters:
+- name: coord
+  tiers: [coord]
+  endpoints: [https://coord-0:2379]
+- name: entity-1
+  tiers: [entity]
+  endpoints: [https://entity-1-0:2379]
+- name: entity-2
+  tiers: [entity]
+  endpoints: [https://entity-2-0:2379]
+`))
+	if err != nil {
+		t.Fatalf("the entity tier on two shards: %v", err)
+	}
+	if sharded.Serving(TierEntity).Name != "entity-1" || len(sharded.Clusters) != 3 {
+		t.Fatalf("sharded: %+v", sharded)
+	}
 }
 
 // TestParseRefusesNamingTheFieldAndTheRule: every refusal names the field
@@ -60,7 +77,11 @@ func TestParseRefusesNamingTheFieldAndTheRule(t *testing.T) {
 		{"no tiers", head + "clusters:\n- name: a\n  endpoints: [http://a:1]\n", "clusters[0].tiers: at least one of coord, entity"},
 		{"unknown tier", head + "clusters:\n- name: a\n  tiers: [coord, entities]\n  endpoints: [http://a:1]\n", "clusters[0].tiers[1]: \"entities\" is not a tier"},
 		{"tier twice", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [entity]\n  endpoints: [http://b:1]\n",
-			"clusters[1].tiers[0]: tier entity is already served by clusters[0]"},
+			"clusters[1].tiers[0]: tier entity is already served by clusters[0]; the entity tier may be split across several clusters (its shards), but then none of them serves the coord tier"},
+		{"coord twice", head + "clusters:\n- name: a\n  tiers: [coord]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [coord, entity]\n  endpoints: [http://b:1]\n",
+			"clusters[1].tiers[0]: tier coord is already served by clusters[0]"},
+		{"coord on a later shard", head + "clusters:\n- name: a\n  tiers: [entity]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [coord, entity]\n  endpoints: [http://b:1]\n",
+			"clusters[1].tiers[1]: tier entity is already served by clusters[0]"},
 		{"tier unserved", head + "clusters:\n- name: a\n  tiers: [coord]\n  endpoints: [http://a:1]\n", "clusters: no cluster serves tier entity"},
 		{"no endpoints", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n", "clusters[0].endpoints: at least one endpoint is required"},
 		{"endpoint", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n  endpoints: [etcd-0:2379]\n", "clusters[0].endpoints[0]: \"etcd-0:2379\" must be a URL like https://host:2379"},

@@ -461,6 +461,7 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 // background.
 func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Duration, onFence func(*Lock)) (*Lock, error) {
 	deadline := time.Now().Add(wait)
+	movingUntil := time.Now().Add(max(wait, MovingRetry))
 	backoff := retryBackoff
 	for {
 		left := max(time.Until(deadline), 0)
@@ -481,6 +482,18 @@ func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Durat
 		switch {
 		case err == nil:
 			return s.granted(h, resp, sent, onFence), nil
+		case errors.Is(err, ErrMoving) && ctx.Err() == nil && c.ctx.Err() == nil:
+			// Nothing was granted; the range is served again once its
+			// move completes, or at once by the map lockd has just read.
+			left := time.Until(movingUntil)
+			pause := min(max(retryAfter(err, retryBackoff), 10*time.Millisecond), time.Second, left)
+			if left > 10*time.Millisecond {
+				c.log.Info("acquire: the key's range is moving; asking again", "key", h.key, "after", pause)
+				c.sleep(pause)
+				continue
+			}
+			s.settle(h)
+			return nil, err
 		case Definite(err):
 			s.settle(h) // lockd refused: nothing was granted
 			return nil, err
@@ -499,6 +512,11 @@ func (c *Client) grant(ctx context.Context, s *session, h *hold, wait time.Durat
 		return nil, err
 	}
 }
+
+// MovingRetry is how long an Acquire without a wait keeps asking again
+// when lockd answers MOVING (a range being moved, a shard map changing); an
+// Acquire with a wait asks again for as long as it waits.
+const MovingRetry = time.Second
 
 // retryBackoff is the first pause before a waiting Acquire whose outcome
 // was unknown is asked again (doubling to 1s).

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
@@ -135,6 +137,11 @@ var (
 	// keys of classes open on quorum loss wait until every unprotected
 	// holder's deadline has passed. An Acquire with a Wait waits it out.
 	ErrOpenGrace = errors.New("client: quorum has just returned; keys of classes open on quorum loss wait until unprotected holders have lost their locks")
+	// ErrMoving: the key's range was being moved to another entity shard,
+	// or the shard map changed under the request. Nothing was granted.
+	// Acquire asks again by itself within its wait (and for up to
+	// MovingRetry without one); a caller sees this when that ran out.
+	ErrMoving = errors.New("client: the key's range is moving to another shard")
 	// ErrWrongRegion: the key's namespace is homed to another region, whose
 	// lockd serves it; this one neither serves nor forwards it. [Region]
 	// says which region and, when lockd knows it, its address.
@@ -175,6 +182,7 @@ var reasons = map[string][]error{
 	"NO_CLASS":          {ErrNoClass},
 	"OPEN_GRACE":        {ErrOpenGrace},
 	"WRONG_REGION":      {ErrWrongRegion},
+	"MOVING":            {ErrMoving},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is
@@ -233,6 +241,20 @@ func infoOf(st *status.Status) *errdetails.ErrorInfo {
 }
 
 func reasonOf(st *status.Status) string { return infoOf(st).GetReason() }
+
+// retryAfter is how long lockd asked to wait before asking again (a
+// MOVING refusal's "retry_after_ms"), or def when it did not say.
+func retryAfter(err error, def time.Duration) time.Duration {
+	var e *Error
+	if !errors.As(err, &e) {
+		return def
+	}
+	ms, perr := strconv.ParseInt(e.Metadata["retry_after_ms"], 10, 64)
+	if perr != nil || ms < 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // Region returns, for an ErrWrongRegion refusal, the region the key's
 // namespace is homed to and that region's lockd address (empty when the

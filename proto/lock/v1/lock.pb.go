@@ -108,6 +108,13 @@ const (
 	// lockd ("endpoint"): call it there. Nothing was read or granted. gRPC
 	// code FAILED_PRECONDITION.
 	ErrorReason_ERROR_REASON_WRONG_REGION ErrorReason = 28
+	// The key's range is being moved to another entity shard, or the shard
+	// map changed under the request (this lockd's map was behind, or the key
+	// was homed to another shard while it waited). Nothing was granted;
+	// acquire again after a short pause (the ErrorInfo metadata's
+	// "retry_after_ms"): a moved range is served as soon as its move
+	// completes. gRPC code ABORTED.
+	ErrorReason_ERROR_REASON_MOVING ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -142,6 +149,7 @@ var (
 		26: "ERROR_REASON_NO_CLASS",
 		27: "ERROR_REASON_OPEN_GRACE",
 		28: "ERROR_REASON_WRONG_REGION",
+		29: "ERROR_REASON_MOVING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -173,6 +181,7 @@ var (
 		"ERROR_REASON_NO_CLASS":          26,
 		"ERROR_REASON_OPEN_GRACE":        27,
 		"ERROR_REASON_WRONG_REGION":      28,
+		"ERROR_REASON_MOVING":            29,
 	}
 )
 
@@ -2330,10 +2339,16 @@ type InspectResponse struct {
 	// The tier of the key's class ("coord", "entity"); empty with class.
 	Tier string `protobuf:"bytes,6,opt,name=tier,proto3" json:"tier,omitempty"`
 	// The etcd cluster the key was read from, by its topology name: the
-	// cluster the key's tier is served by.
-	Cluster       string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// cluster the key's tier is served by (for an entity tier split across
+	// shards, the shard its range is homed to).
+	Cluster string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// For a key of an entity tier split across shards: the key's range (the
+	// prefix it is homed by) and the shard map version it was routed by.
+	// Empty and 0 otherwise.
+	Range           string `protobuf:"bytes,8,opt,name=range,proto3" json:"range,omitempty"`
+	ShardMapVersion int64  `protobuf:"varint,9,opt,name=shard_map_version,json=shardMapVersion,proto3" json:"shard_map_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InspectResponse) Reset() {
@@ -2413,6 +2428,20 @@ func (x *InspectResponse) GetCluster() string {
 		return x.Cluster
 	}
 	return ""
+}
+
+func (x *InspectResponse) GetRange() string {
+	if x != nil {
+		return x.Range
+	}
+	return ""
+}
+
+func (x *InspectResponse) GetShardMapVersion() int64 {
+	if x != nil {
+		return x.ShardMapVersion
+	}
+	return 0
 }
 
 // ListHoldsRequest names a prefix.
@@ -4649,7 +4678,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\x03R\tsessionId\x121\n" +
 	"\x06waited\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\x05R\bposition\x12\x18\n" +
-	"\adurable\x18\x05 \x01(\bR\adurable\"\xcd\x01\n" +
+	"\adurable\x18\x05 \x01(\bR\adurable\"\x8f\x02\n" +
 	"\x0fInspectResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12!\n" +
 	"\x04hold\x18\x02 \x01(\v2\r.lock.v1.HoldR\x04hold\x12\x18\n" +
@@ -4657,7 +4686,9 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x05queue\x18\x04 \x03(\v2\x0f.lock.v1.WaiterR\x05queue\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12\x12\n" +
 	"\x04tier\x18\x06 \x01(\tR\x04tier\x12\x18\n" +
-	"\acluster\x18\a \x01(\tR\acluster\"@\n" +
+	"\acluster\x18\a \x01(\tR\acluster\x12\x14\n" +
+	"\x05range\x18\b \x01(\tR\x05range\x12*\n" +
+	"\x11shard_map_version\x18\t \x01(\x03R\x0fshardMapVersion\"@\n" +
 	"\x10ListHoldsRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"V\n" +
@@ -4822,7 +4853,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xe4\x06\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xfd\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4853,7 +4884,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x1bERROR_REASON_CLASS_MISMATCH\x10\x19\x12\x19\n" +
 	"\x15ERROR_REASON_NO_CLASS\x10\x1a\x12\x1b\n" +
 	"\x17ERROR_REASON_OPEN_GRACE\x10\x1b\x12\x1d\n" +
-	"\x19ERROR_REASON_WRONG_REGION\x10\x1c*\x95\x01\n" +
+	"\x19ERROR_REASON_WRONG_REGION\x10\x1c\x12\x17\n" +
+	"\x13ERROR_REASON_MOVING\x10\x1d*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -31,6 +31,11 @@ func TestPrintKey(t *testing.T) {
 		Held: true, Waiters: 0, Hold: hold("payments/ledger/migrate", 90*time.Second, &lockv1.Token{Value: 281474976710660, Epoch: 1, Revision: 4}),
 		Class: "payments/migration",
 	}))
+	// An entity tier split across shards: the key's range and the map
+	// version that homed it to its shard.
+	golden.AssertPrinted(t, "key-free-shard", NewKeyView("payments/ledger/42", &lockv1.InspectResponse{
+		Class: "payments/ledger-writes", Tier: "entity", Cluster: "entity-2", Range: "payments/ledger/", ShardMapVersion: 3,
+	}))
 	golden.AssertPrinted(t, "key-free", NewKeyView("demo/x", &lockv1.InspectResponse{Waiters: 0, Class: "demo/demo", Tier: "coord", Cluster: "embedded"}))
 	// No class owns the key: it cannot be locked, and inspect says so.
 	golden.AssertPrinted(t, "key-unowned", NewKeyView("demo2/x", &lockv1.InspectResponse{}))

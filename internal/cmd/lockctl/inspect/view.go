@@ -54,11 +54,15 @@ type KeyView struct {
 	Class string `json:"class"`
 	// Tier is the tier of Class, and Cluster the etcd cluster its tier is
 	// served by: where the key was read (empty from an older lockd).
-	Tier    string    `json:"tier,omitempty"`
-	Cluster string    `json:"cluster,omitempty"`
-	Held    bool      `json:"held"`
-	Waiters int32     `json:"waiters"`
-	Hold    *HoldView `json:"hold,omitempty"`
+	Tier    string `json:"tier,omitempty"`
+	Cluster string `json:"cluster,omitempty"`
+	// Range and ShardMapVersion: for an entity tier split across shards,
+	// the key's range and the shard map version that homed it to Cluster.
+	Range           string    `json:"range,omitempty"`
+	ShardMapVersion int64     `json:"shardMapVersion,omitempty"`
+	Held            bool      `json:"held"`
+	Waiters         int32     `json:"waiters"`
+	Hold            *HoldView `json:"hold,omitempty"`
 	// Queue are the waiters in the order they will be granted; absent when
 	// nobody waits.
 	Queue []WaiterView `json:"queue,omitempty"`
@@ -87,7 +91,7 @@ func holdView(h *lockv1.Hold) HoldView {
 
 // NewKeyView converts an InspectResponse.
 func NewKeyView(key string, r *lockv1.InspectResponse) *KeyView {
-	v := &KeyView{Key: key, Class: r.GetClass(), Tier: r.GetTier(), Cluster: r.GetCluster(), Held: r.GetHeld(), Waiters: r.GetWaiters()}
+	v := &KeyView{Key: key, Class: r.GetClass(), Tier: r.GetTier(), Cluster: r.GetCluster(), Range: r.GetRange(), ShardMapVersion: r.GetShardMapVersion(), Held: r.GetHeld(), Waiters: r.GetWaiters()}
 	if r.GetHeld() && r.GetHold() != nil {
 		h := holdView(r.GetHold())
 		v.Hold = &h
@@ -123,6 +127,9 @@ func (v *KeyView) WriteTable(t *printer.Table) {
 	}
 	if v.Cluster != "" {
 		t.Field("Cluster", printer.Cell{Text: v.Cluster})
+	}
+	if v.Range != "" {
+		t.Field("Shard", printer.Cell{Text: fmt.Sprintf("range %s, homed by shard map version %d", v.Range, v.ShardMapVersion)})
 	}
 	held := printer.Cell{Text: cmdutil.YesNo(v.Held)}
 	if v.Held {
