@@ -194,7 +194,6 @@ func (a *Arbiter) watchShardMap(ctx context.Context, rev int64) {
 					a.applyShardMap(ev.Kv.Value, ev.Kv.ModRevision)
 				}
 			}
-			rev = wr.Header.Revision
 		}
 		cancel()
 		rev = 0 // read again: compaction or a lost leader
