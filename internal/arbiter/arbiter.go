@@ -131,6 +131,11 @@ type Config struct {
 	// session that locks a key on one of them gets a lease there too (its
 	// holds there are on it), renewed by RenewLease.
 	Clusters []Cluster
+	// CoordServesEntity: Client's cluster serves the entity tier too, as
+	// the first of its shards, beside the Clusters that serve it (a
+	// topology listing entity on the coord cluster and on others). Without
+	// any of Clusters serving entity it is implied.
+	CoordServesEntity bool
 }
 
 // Cluster is an etcd cluster beyond Config.Client's.
@@ -244,7 +249,8 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 	homeCfg := base
 	homeCfg.name, homeCfg.bootstrap = cmp.Or(cfg.Cluster, DefaultCluster), cfg.Bootstrap
 	for _, t := range []class.Tier{class.TierCoord, class.TierEntity} {
-		if !slices.ContainsFunc(cfg.Clusters, func(cl Cluster) bool { return slices.Contains(cl.Tiers, t) }) {
+		if !slices.ContainsFunc(cfg.Clusters, func(cl Cluster) bool { return slices.Contains(cl.Tiers, t) }) ||
+			(t == class.TierEntity && cfg.CoordServesEntity) {
 			homeCfg.tiers = append(homeCfg.tiers, t)
 		}
 	}
@@ -284,10 +290,15 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		if c != home {
 			c.allocate = a.allocateFirst
 		}
-		if slices.Contains(c.tiers, class.TierEntity) && c != home {
-			a.shards = append(a.shards, c)
-			c.shardOf, c.mapBehind = a.shardOf, a.mapBehind
+		if slices.Contains(c.tiers, class.TierEntity) {
+			a.shards = append(a.shards, c) // home first: the implicit map's shard
 		}
+	}
+	if len(a.shards) == 1 && a.shards[0] == home {
+		a.shards = nil // one cluster serves every tier: no shards
+	}
+	for _, c := range a.shards {
+		c.shardOf, c.mapBehind = a.shardOf, a.mapBehind
 	}
 	if len(a.shards) > 0 {
 		rt, err := a.routesFor(shardmap.Implicit(a.shards[0].name))

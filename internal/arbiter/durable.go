@@ -429,7 +429,7 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		if openGraced(cls) {
 			return false, nil // granted only by its own transaction (recovery.go)
 		}
-		fence, fenced, err := c.fence(key)
+		fence, fenced, err := c.fence(key, cls)
 		if err != nil {
 			return false, nil // homed to another shard now: release as usual; the head hears MOVING
 		}

@@ -205,7 +205,7 @@ type linePos struct {
 // callers release a grant whose requester has left (releaseIfGone).
 func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64, pos linePos) (attempt, error) {
 	hk := holdKey(key)
-	fence, fenced, err := c.fence(key)
+	fence, fenced, err := c.fence(key, h.cls)
 	if err != nil {
 		return attempt{}, err
 	}

@@ -117,7 +117,7 @@ func (a *Arbiter) Inspect(ctx context.Context, caller identity.Caller, key strin
 		in.Class, in.Tier, c = cls.Ref(), string(cls.Tier), a.cellFor(cls, key)
 	}
 	in.Cluster = c.name
-	if c.shardOf != nil {
+	if c.shardOf != nil && in.Tier == string(class.TierEntity) {
 		_, f := c.shardOf(key)
 		in.Range, in.ShardMapVersion = f.Range, f.Version
 	}

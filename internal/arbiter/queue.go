@@ -532,7 +532,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			unclaim()
 			return false, false, false, nil
 		}
-		fence, fenced, ferr := m.c.fence(key)
+		fence, fenced, ferr := m.c.fence(key, cls)
 		if ferr != nil {
 			// The key is homed to another shard now: release, and the
 			// woken head hears MOVING from its own attempt.

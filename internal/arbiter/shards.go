@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/shardmap"
 )
@@ -62,11 +63,12 @@ func (a *Arbiter) shardOf(key string) (*cell, shardmap.Fence) {
 	return rt.cells[name], shardmap.Fence{Version: rt.router.Version(), Range: rng}
 }
 
-// fence is the shard fence of a grant of key in c: none (ok false) for a
-// cell that is not an entity shard; ErrMoving when the map the arbiter
-// holds now homes key to another shard (it moved while the caller waited).
-func (c *cell) fence(key string) (f shardmap.Fence, ok bool, err error) {
-	if c.shardOf == nil {
+// fence is the shard fence of a grant of key, of class cls, in c: none
+// (ok false) for a cell that is not an entity shard or a key that is not
+// the entity tier's; ErrMoving when the map the arbiter holds now homes
+// key to another shard (it moved while the caller waited).
+func (c *cell) fence(key string, cls *class.Class) (f shardmap.Fence, ok bool, err error) {
+	if c.shardOf == nil || cls.Tier != class.TierEntity {
 		return shardmap.Fence{}, false, nil
 	}
 	home, f := c.shardOf(key)

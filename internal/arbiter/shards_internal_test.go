@@ -42,7 +42,11 @@ func startSharded(t *testing.T) *shardedClusters {
 }
 
 // arbiter starts one more arbiter in front of the clusters.
-func (sc *shardedClusters) arbiter(t *testing.T) *Arbiter {
+func (sc *shardedClusters) arbiter(t *testing.T) *Arbiter { return sc.arbiterWith(t, false) }
+
+// arbiterWith is arbiter; with coordShard the coord cluster is the entity
+// tier's first shard (named "coord"), before e1 and e2.
+func (sc *shardedClusters) arbiterWith(t *testing.T, coordShard bool) *Arbiter {
 	t.Helper()
 	classes, grants, problems := class.ParseFile("t/classes.yaml", []byte(twoTierClasses), "t", time.Now())
 	if len(problems) > 0 {
@@ -52,7 +56,7 @@ func (sc *shardedClusters) arbiter(t *testing.T) *Arbiter {
 		Client: sc.coord.Client, Leases: sc.coord.Leases, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
 		Operators:      []string{op1.ID, op2.ID},
 		RequestTimeout: 2 * time.Second, EpochRefresh: 200 * time.Millisecond, MaxEpochAge: time.Second,
-		PollInterval: 100 * time.Millisecond,
+		PollInterval: 100 * time.Millisecond, CoordServesEntity: coordShard,
 	}
 	for _, name := range []string{"e1", "e2"} {
 		cfg.Clusters = append(cfg.Clusters, Cluster{Name: name, Client: sc.shards[name].Client, Tiers: []class.Tier{class.TierEntity}, Bootstrap: Bootstrap{FreshStore: true}})
@@ -75,7 +79,7 @@ func (sc *shardedClusters) flip(t *testing.T, m *shardmap.Map) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvs := map[string]clientv3.KV{}
+	kvs := map[string]clientv3.KV{"coord": sc.coord.Client}
 	for name, b := range sc.shards {
 		kvs[name] = b.Client
 	}
@@ -245,5 +249,31 @@ func TestARangeBeingMovedGrantsNothingAndTakesNoNewWaiter(t *testing.T) {
 	}
 	if g, err := a.Acquire(ctx, AcquireRequest{Caller: bob, Session: sb, Key: "t/fifo/a"}); err != nil || g.Token <= held.Token {
 		t.Fatalf("after the mark is gone = %+v, %v; want granted above %d", g, err, held.Token)
+	}
+}
+
+// TestTheCoordClusterCanBeTheFirstShard: with the coord cluster serving the
+// entity tier beside other clusters, it is the implicit map's shard (so
+// adding shards to a one-cluster setup changes nothing until a map is
+// written); after a map moves keys off it, coord-tier keys stay there,
+// unfenced by the shard map, and entity keys go where the map says.
+func TestTheCoordClusterCanBeTheFirstShard(t *testing.T) {
+	sc := startSharded(t)
+	a, ctx := sc.arbiterWith(t, true), t.Context()
+	s, err := a.OpenSession(ctx, alice, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/before/1"}); err != nil || g.Cluster != "coord" {
+		t.Fatalf("entity grant before any map = %+v, %v; want it on coord, the first shard", g, err)
+	}
+	m := &shardmap.Map{Version: 1, Shards: []shardmap.Shard{{Name: "coord"}, {Name: "e2"}}, Overrides: []shardmap.Override{{Prefix: "t/", Shard: "e2"}}}
+	sc.flip(t, m)
+	waitUntil(t, "the arbiter routing by version 1", func() bool { return routedVersion(a) == 1 })
+	if g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/after/1"}); err != nil || g.Cluster != "e2" || sc.holdOn(t, "t/after/1") != "e2" {
+		t.Fatalf("entity grant by a map pinning t/ to e2 = %+v, %v; want it on e2", g, err)
+	}
+	if g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/leader/x"}); err != nil || g.Cluster != "coord" {
+		t.Fatalf("coord-tier grant = %+v, %v; want it on coord, whatever the shard map says", g, err)
 	}
 }

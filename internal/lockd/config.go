@@ -81,6 +81,9 @@ type Config struct {
 	// named by one of them lives on the coord cluster. Empty: one cluster
 	// serves every tier.
 	Clusters []ClusterConfig
+	// CoordServesEntity: the coord cluster serves the entity tier too, as
+	// its first shard, beside the Clusters that serve it.
+	CoordServesEntity bool
 	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
 	// (lockd itself talks to it in-process; these are for etcdctl).
 	EtcdClientURL, EtcdPeerURL string

@@ -201,6 +201,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		RegionEndpoints:        cfg.RegionEndpoints,
 		Cluster:                clusterName(cfg.Cluster, d.backend.Embedded != nil),
 		Clusters:               clusters,
+		CoordServesEntity:      cfg.CoordServesEntity,
 	}, arbiter.NewPolicy(d.watcher.Current()))
 	if err != nil {
 		return nil, err

@@ -89,8 +89,8 @@ func Load(path string) (*Topology, error) {
 }
 
 // Parse reads a topology and checks it: unknown fields, a tier served by
-// no cluster, the coord tier by two, the entity tier by several clusters
-// one of which serves the coord tier too, a cluster without endpoints, a certificate without
+// no cluster, the coord tier by two (the entity tier may be served by
+// several: its shards), a cluster without endpoints, a certificate without
 // its key are refused, naming the field. TLS files are checked to be
 // readable.
 func Parse(b []byte) (*Topology, error) {
@@ -130,7 +130,6 @@ func (t *Topology) check() error {
 		return invalid("clusters", "at least one cluster is required")
 	}
 	served := map[string]string{} // tier -> the (first) field that serves it
-	shardsWithCoord := false      // the first entity cluster serves coord too
 	names := map[string]string{}
 	for i, c := range t.Clusters {
 		at := fmt.Sprintf("clusters[%d]", i)
@@ -145,9 +144,6 @@ func (t *Topology) check() error {
 			return invalid(at+".endpoints", "at least one endpoint is required")
 		}
 		names[c.Name] = at
-		if served[TierEntity] == "" && slices.Contains(c.Tiers, TierEntity) {
-			shardsWithCoord = slices.Contains(c.Tiers, TierCoord)
-		}
 		for j, tier := range c.Tiers {
 			f := fmt.Sprintf("%s.tiers[%d]", at, j)
 			if !slices.Contains(Tiers, tier) {
@@ -155,9 +151,7 @@ func (t *Topology) check() error {
 			}
 			switch other := served[tier]; {
 			case other != "" && tier != TierEntity:
-				return invalid(f, "tier %s is already served by %s; each tier but entity is served by one cluster", tier, other)
-			case other != "" && (slices.Contains(c.Tiers, TierCoord) || shardsWithCoord):
-				return invalid(f, "tier entity is already served by %s; the entity tier may be split across several clusters (its shards), but then none of them serves the coord tier", other)
+				return invalid(f, "tier %s is already served by %s; each tier but entity (whose clusters are its shards) is served by one cluster", tier, other)
 			case other == "":
 				served[tier] = at
 			}

@@ -54,6 +54,18 @@ clusters:
 	if sharded.Serving(TierEntity).Name != "entity-1" || len(sharded.Clusters) != 3 {
 		t.Fatalf("sharded: %+v", sharded)
 	}
+	// The coord cluster may be an entity shard too (a development lockd
+	// with a second embedded shard).
+	if _, err := Parse([]byte(head + `clusters:
+- name: main
+  tiers: [coord, entity]
+  endpoints: [https://main-0:2379]
+- name: shard-2
+  tiers: [entity]
+  endpoints: [https://shard-2-0:2379]
+`)); err != nil {
+		t.Fatalf("the coord cluster as the first entity shard: %v", err)
+	}
 }
 
 // TestParseRefusesNamingTheFieldAndTheRule: every refusal names the field
@@ -76,12 +88,8 @@ func TestParseRefusesNamingTheFieldAndTheRule(t *testing.T) {
 			"clusters[1].name: \"a\" is also the name of clusters[0]"},
 		{"no tiers", head + "clusters:\n- name: a\n  endpoints: [http://a:1]\n", "clusters[0].tiers: at least one of coord, entity"},
 		{"unknown tier", head + "clusters:\n- name: a\n  tiers: [coord, entities]\n  endpoints: [http://a:1]\n", "clusters[0].tiers[1]: \"entities\" is not a tier"},
-		{"tier twice", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [entity]\n  endpoints: [http://b:1]\n",
-			"clusters[1].tiers[0]: tier entity is already served by clusters[0]; the entity tier may be split across several clusters (its shards), but then none of them serves the coord tier"},
 		{"coord twice", head + "clusters:\n- name: a\n  tiers: [coord]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [coord, entity]\n  endpoints: [http://b:1]\n",
 			"clusters[1].tiers[0]: tier coord is already served by clusters[0]"},
-		{"coord on a later shard", head + "clusters:\n- name: a\n  tiers: [entity]\n  endpoints: [http://a:1]\n- name: b\n  tiers: [coord, entity]\n  endpoints: [http://b:1]\n",
-			"clusters[1].tiers[1]: tier entity is already served by clusters[0]"},
 		{"tier unserved", head + "clusters:\n- name: a\n  tiers: [coord]\n  endpoints: [http://a:1]\n", "clusters: no cluster serves tier entity"},
 		{"no endpoints", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n", "clusters[0].endpoints: at least one endpoint is required"},
 		{"endpoint", head + "clusters:\n- name: a\n  tiers: [coord, entity]\n  endpoints: [etcd-0:2379]\n", "clusters[0].endpoints[0]: \"etcd-0:2379\" must be a URL like https://host:2379"},

@@ -2,6 +2,7 @@ package lockdcmd
 
 import (
 	"github.com/spf13/pflag"
+	"slices"
 
 	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/lockd"
@@ -37,6 +38,7 @@ func applyTopology(fs *pflag.FlagSet, opts *Options) error {
 		opts.EtcdCA, opts.EtcdCert, opts.EtcdKey = coord.TLS.CA, coord.TLS.Cert, coord.TLS.Key
 	}
 	opts.Clusters = nil
+	opts.CoordServesEntity = slices.Contains(coord.Tiers, topology.TierEntity)
 	for _, c := range t.Clusters {
 		if c.Name == coord.Name {
 			continue
