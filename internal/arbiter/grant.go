@@ -687,7 +687,7 @@ func (a *Arbiter) Release(ctx context.Context, caller identity.Caller, session i
 	if err != nil {
 		return false, err
 	}
-	c := a.cellOfKey(key)
+	c := a.cellOfToken(key, tok)
 	if c == a.home {
 		return c.release(ctx, session, key, tok)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/shardmap"
+	"github.com/lockd-dev/lockd/pkg/token"
 )
 
 // The entity tier may be served by several clusters, its shards: a key of
@@ -61,6 +63,25 @@ func (a *Arbiter) shardOf(key string) (*cell, shardmap.Fence) {
 	rt := a.routes.Load()
 	name, rng := rt.router.Home(key)
 	return rt.cells[name], shardmap.Fence{Version: rt.router.Version(), Range: rng}
+}
+
+// cellOfToken is the cell a hold of key with token tok is on: the key's
+// cell (cellOfKey), unless the token's epoch is another shard's. Epochs
+// are never shared by two clusters, so the epoch names the shard that
+// granted it: a hold granted before its range moved is released (and
+// checked) where it is, not refused as stale by its new shard.
+func (a *Arbiter) cellOfToken(key string, tok uint64) *cell {
+	c := a.cellOfKey(key)
+	ep, _ := token.Unpack(tok)
+	if !slices.Contains(a.shards, c) || c.epoch.Load().epoch == ep {
+		return c
+	}
+	for _, s := range a.shards {
+		if st := s.epoch.Load(); !st.sealed && st.epoch == ep {
+			return s
+		}
+	}
+	return c
 }
 
 // fence is the shard fence of a grant of key, of class cls, in c: none

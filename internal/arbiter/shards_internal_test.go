@@ -277,3 +277,36 @@ func TestTheCoordClusterCanBeTheFirstShard(t *testing.T) {
 		t.Fatalf("coord-tier grant = %+v, %v; want it on coord, whatever the shard map says", g, err)
 	}
 }
+
+// TestAHoldGrantedBeforeItsRangeMovedIsReleasedWhereItIs: a hold left on
+// its old shard by a move (granted before the flip: a straggler the move
+// controller waits out) is still checked and released on that shard, found
+// by its token's epoch (no two clusters share one), not refused as stale
+// by the shard its range moved to.
+func TestAHoldGrantedBeforeItsRangeMovedIsReleasedWhereItIs(t *testing.T) {
+	sc := startSharded(t)
+	a, ctx := sc.arbiter(t), t.Context()
+	two := []shardmap.Shard{{Name: "e1"}, {Name: "e2"}}
+	sc.flip(t, &shardmap.Map{Version: 1, Shards: two, Overrides: []shardmap.Override{{Prefix: "t/moved/", Shard: "e1"}}})
+	waitUntil(t, "routing by version 1", func() bool { return routedVersion(a) == 1 })
+	s, err := a.OpenSession(ctx, alice, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Acquire(ctx, AcquireRequest{Caller: alice, Session: s, Key: "t/moved/y"})
+	if err != nil || g.Cluster != "e1" {
+		t.Fatalf("grant = %+v, %v; want it on e1", g, err)
+	}
+	sc.flip(t, &shardmap.Map{Version: 2, Shards: two, Overrides: []shardmap.Override{{Prefix: "t/moved/", Shard: "e2"}}})
+	waitUntil(t, "routing by version 2", func() bool { return routedVersion(a) == 2 })
+
+	if c, err := a.ValidateToken(ctx, alice, "t/moved/y", g.Token); err != nil || c.State != TokenCurrent {
+		t.Fatalf("ValidateToken of the hold left on e1 = %+v, %v; want current", c, err)
+	}
+	if ok, err := a.Release(ctx, alice, s, "t/moved/y", g.Token); !ok || err != nil {
+		t.Fatalf("release of the hold left on e1 = %v, %v; want released", ok, err)
+	}
+	if on := sc.holdOn(t, "t/moved/y"); on != "" {
+		t.Fatalf("hold still on %s after its release", on)
+	}
+}

@@ -149,7 +149,7 @@ func (a *Arbiter) ValidateToken(ctx context.Context, caller identity.Caller, key
 	if !a.validate.allow(who, a.now()) {
 		return TokenCheck{}, ErrRateLimited
 	}
-	att, err := a.cellOfKey(key).readHold(ctx, holdKey(key), false)
+	att, err := a.cellOfToken(key, tok).readHold(ctx, holdKey(key), false)
 	if err != nil {
 		return TokenCheck{}, err
 	}
