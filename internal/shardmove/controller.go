@@ -1,0 +1,378 @@
+package shardmove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/internal/shardmap"
+)
+
+// ElectionPrefix is where move controllers campaign, on the coord cluster.
+const ElectionPrefix = keyspace.SysPrefix + "shard-controller"
+
+// Controller carries out approved plans. Run it on every lockd of a coord
+// cluster; one at a time is elected.
+type Controller struct {
+	// Coord is the coord cluster; Shards every entity shard by name; First
+	// is the implicit map's shard (the first one).
+	Coord  *clientv3.Client
+	Shards map[string]*clientv3.Client
+	First  string
+	// Name identifies this controller in the election.
+	Name string
+	// Poll is how often a step looks again (drains, blocked plans, new
+	// plans); default 500ms. ElectionTTL defaults to 5s.
+	Poll        time.Duration
+	ElectionTTL time.Duration
+	Log         *slog.Logger
+	Now         func() time.Time
+}
+
+func (c *Controller) defaults() {
+	if c.Poll <= 0 {
+		c.Poll = 500 * time.Millisecond
+	}
+	if c.ElectionTTL <= 0 {
+		c.ElectionTTL = 5 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Run campaigns and, while elected, carries out approved plans one at a
+// time, until ctx ends. A lost election is campaigned for again.
+func (c *Controller) Run(ctx context.Context) {
+	c.defaults()
+	for ctx.Err() == nil {
+		if err := c.lead(ctx); err != nil && ctx.Err() == nil {
+			c.Log.Warn("shard move controller: not leading", "err", err)
+			sleep(ctx, c.Poll)
+		}
+	}
+}
+
+// lead campaigns, then works while the election's session lives.
+func (c *Controller) lead(ctx context.Context) error {
+	sess, err := concurrency.NewSession(c.Coord, concurrency.WithTTL(int((c.ElectionTTL+time.Second-1)/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sess.Close() }()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sess.Done():
+		case <-lctx.Done():
+		}
+		cancel()
+	}()
+	el := concurrency.NewElection(sess, ElectionPrefix)
+	if err := el.Campaign(lctx, c.Name); err != nil {
+		return err
+	}
+	guard := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+	c.Log.Info("shard move controller: elected", "name", c.Name)
+	for lctx.Err() == nil {
+		worked, err := c.Step(lctx, guard)
+		if err != nil && lctx.Err() == nil {
+			c.Log.Warn("shard move controller: step failed; trying again", "err", err)
+		}
+		if !worked || err != nil {
+			sleep(lctx, c.Poll)
+		}
+	}
+	return lctx.Err()
+}
+
+// Step advances the oldest active plan by one step, writing its progress
+// under guard. worked says a step completed (another may follow at once).
+func (c *Controller) Step(ctx context.Context, guard []clientv3.Cmp) (worked bool, err error) {
+	c.defaults()
+	plans, err := List(ctx, c.Coord)
+	if err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(plans, func(p *Plan) bool { return p.Active() })
+	if i < 0 {
+		return false, nil
+	}
+	p := plans[i]
+	prev, err := shardmap.Get(ctx, c.Coord)
+	if err != nil {
+		return false, err
+	}
+	before := *p
+	switch p.State {
+	case StateApproved:
+		err = c.startDrain(ctx, p, prev)
+	case StateDraining:
+		err = c.drain(ctx, p)
+	case StateFlipping:
+		err = c.flip(ctx, p, prev)
+	case StateSettling:
+		err = c.settle(ctx, p)
+	}
+	var fail *failure
+	if errors.As(err, &fail) {
+		p.State, p.Err = StateFailed, fail.Error()
+		c.Log.Error("shard move: plan failed", "plan", p.ID, "err", fail)
+		err = nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if p.State == before.State && p.Blocked == before.Blocked && p.Remaining == before.Remaining {
+		return false, nil // nothing changed: look again after a poll
+	}
+	p.Updated = c.Now()
+	if err := save(ctx, c.Coord, p, guard); err != nil {
+		return false, err
+	}
+	if p.State != before.State {
+		c.Log.Info("shard move: plan advanced", "plan", p.ID, "state", p.State, "live", len(p.Live), "stragglers", len(p.Stragglers))
+	}
+	return p.State != before.State, nil
+}
+
+// failure ends a plan.
+type failure struct{ msg string }
+
+func (f *failure) Error() string { return f.msg }
+
+func failf(format string, args ...any) error { return &failure{fmt.Sprintf(format, args...)} }
+
+// maps are the map replaced (the implicit one when none is stored) and
+// its router, and the new map's router.
+func (c *Controller) routers(p *Plan, prev shardmap.Stored) (*shardmap.Map, *shardmap.Router, *shardmap.Router, error) {
+	old := prev.Map
+	if old == nil {
+		old = shardmap.Implicit(c.First)
+	}
+	ro, err := shardmap.New(old)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rn, err := shardmap.New(p.To)
+	if err != nil {
+		return nil, nil, nil, failf("the plan's map: %v", err)
+	}
+	for _, name := range shardmap.ShardsOf(old, p.To) {
+		if c.Shards[name] == nil {
+			return nil, nil, nil, failf("shard %q is not an entity cluster of this lockd's topology", name)
+		}
+	}
+	return old, ro, rn, nil
+}
+
+// startDrain finds the moving ranges that have holds or waiters and marks
+// them out on their old shards.
+func (c *Controller) startDrain(ctx context.Context, p *Plan, prev shardmap.Stored) error {
+	if prev.Version() != p.From {
+		return failf("the map is at version %d, the plan replaces %d: %v", prev.Version(), p.From, ErrStale)
+	}
+	old, _, rn, err := c.routers(p, prev)
+	if err != nil {
+		return err
+	}
+	live, err := c.liveMoves(ctx, old, rn, nil)
+	if err != nil {
+		return err
+	}
+	for _, m := range live {
+		if _, err := c.Shards[m.From].Put(ctx, keyspace.RangeOutKey(m.Range), "draining "+p.ID); err != nil {
+			return fmt.Errorf("marking %s out on %s: %w", m.Range, m.From, err)
+		}
+	}
+	p.Live, p.State, p.DrainStarted = live, StateDraining, c.Now()
+	return nil
+}
+
+// liveMoves are the ranges with a hold or a waiter on a shard of old that
+// rn homes elsewhere, except those in skip.
+func (c *Controller) liveMoves(ctx context.Context, old *shardmap.Map, rn *shardmap.Router, skip []Move) ([]Move, error) {
+	var out []Move
+	for _, s := range old.Shards {
+		keys, err := liveKeys(ctx, c.Shards[s.Name], "")
+		if err != nil {
+			return nil, fmt.Errorf("reading shard %s: %w", s.Name, err)
+		}
+		for _, k := range keys {
+			home, rng := rn.Home(k)
+			m := Move{Range: rng, From: s.Name, To: home}
+			if home != s.Name && !slices.Contains(out, m) && !slices.Contains(skip, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out, nil
+}
+
+// liveKeys are the lock keys with a hold or a waiter on the shard, under
+// prefix.
+func liveKeys(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
+	var out []string
+	for _, p := range []string{keyspace.HoldPrefix, keyspace.QueuePrefix} {
+		resp, err := cli.Get(ctx, p+prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			k := strings.TrimPrefix(string(kv.Key), p)
+			if i := strings.Index(k, keyspace.QueueSep); p == keyspace.QueuePrefix && i >= 0 {
+				k = k[:i]
+			}
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// remaining counts the holds and waiters left in moves' ranges on their
+// old shards.
+func (c *Controller) remaining(ctx context.Context, moves []Move) (int, error) {
+	n := 0
+	for _, m := range moves {
+		keys, err := liveKeys(ctx, c.Shards[m.From], m.Range)
+		if err != nil {
+			return 0, err
+		}
+		n += len(keys)
+	}
+	return n, nil
+}
+
+// drain waits for the live ranges to empty.
+func (c *Controller) drain(ctx context.Context, p *Plan) error {
+	n, err := c.remaining(ctx, p.Live)
+	if err != nil {
+		return err
+	}
+	p.Remaining = n
+	if n == 0 {
+		p.State = StateFlipping
+	}
+	return nil
+}
+
+// flip checks the epochs, publishes the new version on every shard,
+// marks stragglers out on their new shards and flips the map.
+func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) error {
+	if prev.Version() == p.To.Version {
+		p.State, p.Blocked = StateSettling, "" // flipped before a crash
+		return nil
+	}
+	if prev.Version() != p.From {
+		return failf("the map is at version %d, the plan replaces %d: %v", prev.Version(), p.From, ErrStale)
+	}
+	old, _, rn, err := c.routers(p, prev)
+	if err != nil {
+		return err
+	}
+	names := shardmap.ShardsOf(old, p.To)
+	epochs, revs := map[string]uint32{}, map[string]int64{}
+	for _, name := range names {
+		resp, err := c.Shards[name].Get(ctx, keyspace.EpochKey)
+		if err != nil {
+			return fmt.Errorf("reading shard %s's epoch: %w", name, err)
+		}
+		if len(resp.Kvs) == 0 {
+			p.Blocked = fmt.Sprintf("shard %s has no epoch yet: initialise it (lockctl epoch status)", name)
+			return nil
+		}
+		e, _, err := keyspace.DecodeEpoch(resp.Kvs[0].Value)
+		if err != nil {
+			return fmt.Errorf("shard %s: %w", name, err)
+		}
+		epochs[name], revs[name] = e, resp.Kvs[0].ModRevision
+	}
+	for _, d := range shardmap.Receivers(old, p.To) {
+		for _, s := range old.Shards {
+			if s.Name != d && epochs[d] <= epochs[s.Name] {
+				p.Blocked = fmt.Sprintf("shard %s may receive ranges, but its epoch %d is not above shard %s's %d, so a moved key's token could go backwards: advance %s's epoch (lockctl epoch advance request --cluster %s --from %d); the move goes on by itself then",
+					d, epochs[d], s.Name, epochs[s.Name], d, d, epochs[d])
+				return nil
+			}
+		}
+	}
+	if err := shardmap.Publish(ctx, kvs(c.Shards), names, p.From, p.To.Version, revs); err != nil {
+		if errors.Is(err, shardmap.ErrEpochChanged) {
+			return nil // an epoch moved since the check: check again
+		}
+		if errors.Is(err, shardmap.ErrShardVersion) {
+			return failf("%v", err)
+		}
+		return err
+	}
+	// No shard grants by the old map from here on: a moving range still
+	// live on its old shard was granted there after the drain began.
+	stragglers, err := c.liveMoves(ctx, old, rn, p.Live)
+	if err != nil {
+		return err
+	}
+	for _, m := range stragglers {
+		if _, err := c.Shards[m.To].Put(ctx, keyspace.RangeOutKey(m.Range), "arriving "+p.ID); err != nil {
+			return fmt.Errorf("marking %s out on %s: %w", m.Range, m.To, err)
+		}
+	}
+	p.Stragglers = stragglers
+	if _, err := shardmap.Put(ctx, c.Coord, prev, p.To); err != nil {
+		return err
+	}
+	p.State, p.Blocked = StateSettling, ""
+	return nil
+}
+
+// settle clears the drain marks and waits the stragglers out.
+func (c *Controller) settle(ctx context.Context, p *Plan) error {
+	for _, m := range p.Live {
+		if _, err := c.Shards[m.From].Delete(ctx, keyspace.RangeOutKey(m.Range)); err != nil {
+			return err
+		}
+	}
+	n, err := c.remaining(ctx, p.Stragglers)
+	if err != nil {
+		return err
+	}
+	p.Remaining = n
+	if n > 0 {
+		return nil
+	}
+	for _, m := range p.Stragglers {
+		if _, err := c.Shards[m.To].Delete(ctx, keyspace.RangeOutKey(m.Range)); err != nil {
+			return err
+		}
+	}
+	p.State = StateDone
+	return nil
+}
+
+func kvs(m map[string]*clientv3.Client) map[string]clientv3.KV {
+	out := make(map[string]clientv3.KV, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
