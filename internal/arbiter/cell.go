@@ -70,6 +70,8 @@ type cell struct {
 	// newer map. Both nil for other cells (shards.go).
 	shardOf   func(key string) (*cell, shardmap.Fence)
 	mapBehind func()
+	// grantRate counts this arbiter's grants in the cell (shard status).
+	grantRate rateWindow
 
 	open *openState // the open posture; nil without a spool
 	// readsFailing is when epoch reads started failing, as time since

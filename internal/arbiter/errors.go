@@ -89,6 +89,12 @@ var (
 	// served again once its move completes, and the arbiter reads the new
 	// map at once.
 	ErrMoving = errors.New("arbiter: moving")
+	// ErrPlanNotFound: no shard move plan has this id.
+	ErrPlanNotFound = errors.New("arbiter: no shard move plan with this id")
+	// ErrPlanState: the shard move plan is not in a state that allows the
+	// call (approved already, another being carried out, or the map changed
+	// since it was proposed); the message says which.
+	ErrPlanState = errors.New("arbiter: shard move plan")
 	// ErrInternal: the store returned something lockd cannot interpret.
 	ErrInternal = errors.New("arbiter: internal error")
 )

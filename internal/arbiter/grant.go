@@ -518,8 +518,12 @@ func (a *Arbiter) authorizeAcquire(identity, key, classRef string, ttl time.Dura
 func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err error) {
 	start := time.Now()
 	ns, clsName, tier, cluster := "-", "-", "-", "-"
+	var in *cell
 	defer func() {
 		d := time.Since(start)
+		if err == nil && in != nil {
+			in.grantRate.add(a.now())
+		}
 		a.metrics.observeAcquire(ns, clsName, tier, cluster, err, d)
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(tracing.AttrNamespace.String(ns), tracing.AttrClass.String(clsName),
@@ -550,7 +554,7 @@ func (a *Arbiter) Acquire(ctx context.Context, req AcquireRequest) (g Grant, err
 		return Grant{}, fmt.Errorf("%w: wait: must not be negative", ErrInvalid)
 	}
 	c := a.cellFor(cls, req.Key)
-	tier, cluster = string(cls.Tier), c.name
+	tier, cluster, in = string(cls.Tier), c.name, c
 	if st := c.epoch.Load(); st.sealed {
 		return Grant{}, sealedErr(st)
 	}

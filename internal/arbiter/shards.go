@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,6 +33,16 @@ import (
 type shardRoutes struct {
 	router *shardmap.Router
 	cells  map[string]*cell
+}
+
+// Shards names the entity tier's shards, the implicit map's first; none
+// when the tier is not split (one cluster serves it, beside nothing).
+func (a *Arbiter) Shards() []string {
+	out := make([]string, len(a.shards))
+	for i, c := range a.shards {
+		out[i] = c.name
+	}
+	return out
 }
 
 // routesFor builds the routes of m over the arbiter's shards. A map naming
@@ -255,4 +266,36 @@ func (a *Arbiter) sleepPoll(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// rateWindow counts events per second over the last minute.
+type rateWindow struct {
+	mu    sync.Mutex
+	count [60]int64
+	at    [60]int64 // the Unix second each slot counts
+}
+
+func (w *rateWindow) add(now time.Time) {
+	s := now.Unix()
+	i := s % 60
+	w.mu.Lock()
+	if w.at[i] != s {
+		w.at[i], w.count[i] = s, 0
+	}
+	w.count[i]++
+	w.mu.Unlock()
+}
+
+// perSecond is the mean rate over the minute before now's second.
+func (w *rateWindow) perSecond(now time.Time) float64 {
+	s := now.Unix()
+	var n int64
+	w.mu.Lock()
+	for i := range w.at {
+		if d := s - w.at[i]; d >= 1 && d <= 60 {
+			n += w.count[i]
+		}
+	}
+	w.mu.Unlock()
+	return float64(n) / 60
 }

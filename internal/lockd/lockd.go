@@ -43,6 +43,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/server"
+	"github.com/lockd-dev/lockd/internal/shardmove"
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/internal/tracing"
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -72,15 +73,18 @@ type Daemon struct {
 	// by Close; others are every other cluster's client.
 	clusterBackends []*store.Backend
 	others          []namedClient
-	mode            string
-	tlsMode         string
-	watcher         *class.Watcher
-	arb             *arbiter.Arbiter
-	svc             *server.Server
-	g               *grpc.Server
-	hs              *http.Server
-	grpcLis         net.Listener
-	httpLis         net.Listener
+	// stopMoves stops the shard move controller and waits for it (nil
+	// without shards).
+	stopMoves func()
+	mode      string
+	tlsMode   string
+	watcher   *class.Watcher
+	arb       *arbiter.Arbiter
+	svc       *server.Server
+	g         *grpc.Server
+	hs        *http.Server
+	grpcLis   net.Listener
+	httpLis   net.Listener
 	// lockctlPath is the lockctl config written for the dev PKI ("" when none).
 	lockctlPath string
 	// audit is the running history (nil when off).
@@ -214,6 +218,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.arb = nil
 		return nil, fmt.Errorf("start arbiter: %w", err)
 	}
+
+	d.startMoves(arbiterID, logger.With("component", "shardmove"))
 
 	// Always apply the watcher's current set, under a lock, so a reload
 	// racing with registration cannot leave an older set in place.
@@ -464,6 +470,9 @@ func (d *Daemon) Close() {
 		}
 		if d.arb != nil {
 			d.arb.Drain() // waits end with "acquire again" before the calls are cut
+		}
+		if d.stopMoves != nil {
+			d.stopMoves()
 		}
 		if d.g != nil {
 			grace := d.cfg.ShutdownGrace
@@ -742,4 +751,25 @@ func clusterName(name string, embedded bool) string {
 		return "embedded"
 	}
 	return "etcd"
+}
+
+// startMoves runs the shard move controller (internal/shardmove) when the
+// entity tier is split across shards: every lockd of a coord cluster
+// campaigns, one carries out approved plans.
+func (d *Daemon) startMoves(name string, log *slog.Logger) {
+	names := d.arb.Shards()
+	if len(names) == 0 {
+		return
+	}
+	shards := map[string]*clientv3.Client{}
+	for _, nc := range d.clients() {
+		if slices.Contains(names, nc.name) {
+			shards[nc.name] = nc.client
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	ctl := &shardmove.Controller{Coord: d.backend.Client, Shards: shards, First: names[0], Name: name, Log: log}
+	go func() { defer close(done); ctl.Run(ctx) }()
+	d.stopMoves = func() { cancel(); <-done }
 }

@@ -48,6 +48,7 @@ const (
 	ReasonOpenGrace       = "OPEN_GRACE"
 	ReasonWrongRegion     = "WRONG_REGION"
 	ReasonMoving          = "MOVING"
+	ReasonPlanState       = "PLAN_STATE"
 )
 
 // errorTable is the one mapping of lockd's errors to gRPC codes and wire
@@ -92,6 +93,8 @@ var errorTable = []struct {
 	{arbiter.ErrOpenGrace, codes.FailedPrecondition, ReasonOpenGrace},
 	{arbiter.ErrWrongRegion, codes.FailedPrecondition, ReasonWrongRegion},
 	{arbiter.ErrMoving, codes.Aborted, ReasonMoving},
+	{arbiter.ErrPlanState, codes.FailedPrecondition, ReasonPlanState},
+	{arbiter.ErrPlanNotFound, codes.NotFound, ReasonRequestNotFound},
 }
 
 // Code is the gRPC code lockd answers err with. The arbiter's metrics label

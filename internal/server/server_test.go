@@ -53,6 +53,8 @@ func TestEveryReasonReachesTheClient(t *testing.T) {
 		{arbiter.ErrOpenGrace, client.ErrOpenGrace},
 		{&arbiter.WrongRegionError{Namespace: "t", Region: "us-east", Served: "eu-west", Endpoint: "lockd.us:7420"}, client.ErrWrongRegion},
 		{&arbiter.MovingError{RetryAfter: time.Second}, client.ErrMoving},
+		{fmt.Errorf("%w: plan p is approved", arbiter.ErrPlanState), client.ErrPlanState},
+		{arbiter.ErrPlanNotFound, client.ErrRequestNotFound},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

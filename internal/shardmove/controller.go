@@ -35,6 +35,9 @@ type Controller struct {
 	ElectionTTL time.Duration
 	Log         *slog.Logger
 	Now         func() time.Time
+	// TTL, when set, is the TTL of key's class (for a move's expected
+	// drain time).
+	TTL func(key string) time.Duration
 }
 
 func (c *Controller) defaults() {
@@ -213,12 +216,41 @@ func (c *Controller) liveMoves(ctx context.Context, old *shardmap.Map, rn *shard
 		for _, k := range keys {
 			home, rng := rn.Home(k)
 			m := Move{Range: rng, From: s.Name, To: home}
-			if home != s.Name && !slices.Contains(out, m) && !slices.Contains(skip, m) {
-				out = append(out, m)
+			if home == s.Name || slices.ContainsFunc(skip, m.same) {
+				continue
+			}
+			i := slices.IndexFunc(out, m.same)
+			if i < 0 {
+				out, i = append(out, m), len(out)
+			}
+			out[i].Live++
+			if c.TTL != nil {
+				out[i].TTL = max(out[i].TTL, c.TTL(k))
 			}
 		}
 	}
 	return out, nil
+}
+
+// Preview is what replacing the stored map with to would move now: the
+// moving ranges that have holds or waiters, and why the move would be
+// blocked ("" when it would not).
+func (c *Controller) Preview(ctx context.Context, to *shardmap.Map) ([]Move, string, error) {
+	c.defaults()
+	prev, err := shardmap.Get(ctx, c.Coord)
+	if err != nil {
+		return nil, "", err
+	}
+	old, _, rn, err := c.routers(&Plan{To: to}, prev)
+	if err != nil {
+		return nil, "", err
+	}
+	live, err := c.liveMoves(ctx, old, rn, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	blocked, _, err := c.epochCheck(ctx, old, to)
+	return live, blocked, err
 }
 
 // liveKeys are the lock keys with a hold or a waiter on the shard, under
@@ -283,30 +315,10 @@ func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) er
 		return err
 	}
 	names := shardmap.ShardsOf(old, p.To)
-	epochs, revs := map[string]uint32{}, map[string]int64{}
-	for _, name := range names {
-		resp, err := c.Shards[name].Get(ctx, keyspace.EpochKey)
-		if err != nil {
-			return fmt.Errorf("reading shard %s's epoch: %w", name, err)
-		}
-		if len(resp.Kvs) == 0 {
-			p.Blocked = fmt.Sprintf("shard %s has no epoch yet: initialise it (lockctl epoch status)", name)
-			return nil
-		}
-		e, _, err := keyspace.DecodeEpoch(resp.Kvs[0].Value)
-		if err != nil {
-			return fmt.Errorf("shard %s: %w", name, err)
-		}
-		epochs[name], revs[name] = e, resp.Kvs[0].ModRevision
-	}
-	for _, d := range shardmap.Receivers(old, p.To) {
-		for _, s := range old.Shards {
-			if s.Name != d && epochs[d] <= epochs[s.Name] {
-				p.Blocked = fmt.Sprintf("shard %s may receive ranges, but its epoch %d is not above shard %s's %d, so a moved key's token could go backwards: advance %s's epoch (lockctl epoch advance request --cluster %s --from %d); the move goes on by itself then",
-					d, epochs[d], s.Name, epochs[s.Name], d, d, epochs[d])
-				return nil
-			}
-		}
+	blocked, revs, err := c.epochCheck(ctx, old, p.To)
+	if err != nil || blocked != "" {
+		p.Blocked = blocked
+		return err
 	}
 	if err := shardmap.Publish(ctx, kvs(c.Shards), names, p.From, p.To.Version, revs); err != nil {
 		if errors.Is(err, shardmap.ErrEpochChanged) {
@@ -375,4 +387,35 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// epochCheck reads every shard's epoch and says why to would be blocked:
+// a shard that may receive ranges (shardmap.Receivers) must have an epoch
+// above every other shard of old, or a moved key's token could go
+// backwards. revs are the epoch records' mod revisions, for Publish.
+func (c *Controller) epochCheck(ctx context.Context, old, to *shardmap.Map) (blocked string, revs map[string]int64, err error) {
+	epochs, revs := map[string]uint32{}, map[string]int64{}
+	for _, name := range shardmap.ShardsOf(old, to) {
+		resp, err := c.Shards[name].Get(ctx, keyspace.EpochKey)
+		if err != nil {
+			return "", nil, fmt.Errorf("reading shard %s's epoch: %w", name, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return fmt.Sprintf("shard %s has no epoch yet: initialise it (lockctl epoch status)", name), nil, nil
+		}
+		e, _, err := keyspace.DecodeEpoch(resp.Kvs[0].Value)
+		if err != nil {
+			return "", nil, fmt.Errorf("shard %s: %w", name, err)
+		}
+		epochs[name], revs[name] = e, resp.Kvs[0].ModRevision
+	}
+	for _, d := range shardmap.Receivers(old, to) {
+		for _, s := range old.Shards {
+			if s.Name != d && epochs[d] <= epochs[s.Name] {
+				return fmt.Sprintf("shard %s may receive ranges, but its epoch %d is not above shard %s's %d, so a moved key's token could go backwards: advance %s's epoch (lockctl epoch advance request --cluster %s --from %d); the move goes on by itself then",
+					d, epochs[d], s.Name, epochs[s.Name], d, d, epochs[d]), nil, nil
+			}
+		}
+	}
+	return "", revs, nil
 }

@@ -66,7 +66,15 @@ type Move struct {
 	Range string `json:"range"`
 	From  string `json:"from"`
 	To    string `json:"to"`
+	// Live counts its holds and waiters on From when it was found; TTL is
+	// the longest class TTL among them (how long a drain can take when no
+	// holder releases early).
+	Live int           `json:"live,omitempty"`
+	TTL  time.Duration `json:"ttl,omitempty"`
 }
+
+// same reports whether m and o move one range between the same shards.
+func (m Move) same(o Move) bool { return m.Range == o.Range && m.From == o.From && m.To == o.To }
 
 // Plan is a proposed change of the shard map and its progress.
 type Plan struct {

@@ -192,7 +192,7 @@ func TestAMoveDrainsFlipsAndNeverLetsATokenGoBackwards(t *testing.T) {
 	}
 	got := step(shardmove.StateDraining)
 	rng := r.Range(moving)
-	if len(got.Live) != 1 || got.Live[0] != (shardmove.Move{Range: rng, From: "e1", To: "e2"}) {
+	if len(got.Live) != 1 || got.Live[0].Range != rng || got.Live[0].From != "e1" || got.Live[0].To != "e2" || got.Live[0].Live != 1 {
 		t.Fatalf("live moves = %+v; want only %s from e1 to e2 (the held range that moves)", got.Live, rng)
 	}
 	got = step(shardmove.StateDraining)

@@ -142,6 +142,10 @@ var (
 	// Acquire asks again by itself within its wait (and for up to
 	// MovingRetry without one); a caller sees this when that ran out.
 	ErrMoving = errors.New("client: the key's range is moving to another shard")
+	// ErrPlanState: a shard move plan is not in a state that allows the
+	// call (approved already, another being carried out, or the map changed
+	// since it was proposed); the message says which.
+	ErrPlanState = errors.New("client: the shard move plan is not in a state that allows this")
 	// ErrWrongRegion: the key's namespace is homed to another region, whose
 	// lockd serves it; this one neither serves nor forwards it. [Region]
 	// says which region and, when lockd knows it, its address.
@@ -183,6 +187,7 @@ var reasons = map[string][]error{
 	"OPEN_GRACE":        {ErrOpenGrace},
 	"WRONG_REGION":      {ErrWrongRegion},
 	"MOVING":            {ErrMoving},
+	"PLAN_STATE":        {ErrPlanState},
 }
 
 // Error is an error lockd returned, with the reason it gave. errors.Is

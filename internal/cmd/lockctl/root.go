@@ -25,6 +25,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/login"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/register"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/sessions"
+	"github.com/lockd-dev/lockd/internal/cmd/lockctl/shards"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/top"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/unprotected"
 	"github.com/lockd-dev/lockd/internal/pausetest"
@@ -145,6 +146,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.AddCommand(sessions.NewCmdSessions(f, nil))
 	root.AddCommand(clusters.NewCmdClusters(f, nil))
 	root.AddCommand(epoch.NewCmdEpoch(f))
+	root.AddCommand(shards.NewCmdShards(f))
 	root.AddCommand(forcerelease.NewCmdForceRelease(f))
 	root.AddCommand(top.NewCmdTop(f, nil))
 	root.AddCommand(login.NewCmdLogin(f, nil))

@@ -115,6 +115,10 @@ const (
 	// "retry_after_ms"): a moved range is served as soon as its move
 	// completes. gRPC code ABORTED.
 	ErrorReason_ERROR_REASON_MOVING ErrorReason = 29
+	// A shard move plan is not in a state that allows the call (already
+	// approved, another plan is being carried out, or the shard map changed
+	// since it was proposed: propose again). gRPC code FAILED_PRECONDITION.
+	ErrorReason_ERROR_REASON_PLAN_STATE ErrorReason = 30
 )
 
 // Enum value maps for ErrorReason.
@@ -150,6 +154,7 @@ var (
 		27: "ERROR_REASON_OPEN_GRACE",
 		28: "ERROR_REASON_WRONG_REGION",
 		29: "ERROR_REASON_MOVING",
+		30: "ERROR_REASON_PLAN_STATE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -182,6 +187,7 @@ var (
 		"ERROR_REASON_OPEN_GRACE":        27,
 		"ERROR_REASON_WRONG_REGION":      28,
 		"ERROR_REASON_MOVING":            29,
+		"ERROR_REASON_PLAN_STATE":        30,
 	}
 )
 
@@ -4515,6 +4521,765 @@ func (x *ClassHistory) GetLongestHold() *durationpb.Duration {
 	return nil
 }
 
+// ShardStatusRequest asks for the shard map and the plans.
+type ShardStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatusRequest) Reset() {
+	*x = ShardStatusRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatusRequest) ProtoMessage() {}
+
+func (x *ShardStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatusRequest.ProtoReflect.Descriptor instead.
+func (*ShardStatusRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{57}
+}
+
+// ShardStatusResponse is the entity tier's shards.
+type ShardStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The map routed by (0: the implicit map, before one is written), as a
+	// JSON document (docs/operating.md, "Entity shards").
+	Version int64        `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	MapJson string       `protobuf:"bytes,2,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`
+	Shards  []*ShardLoad `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	// Every plan, oldest first.
+	Plans         []*ShardPlan `protobuf:"bytes,4,rep,name=plans,proto3" json:"plans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatusResponse) Reset() {
+	*x = ShardStatusResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatusResponse) ProtoMessage() {}
+
+func (x *ShardStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatusResponse.ProtoReflect.Descriptor instead.
+func (*ShardStatusResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ShardStatusResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ShardStatusResponse) GetMapJson() string {
+	if x != nil {
+		return x.MapJson
+	}
+	return ""
+}
+
+func (x *ShardStatusResponse) GetShards() []*ShardLoad {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ShardStatusResponse) GetPlans() []*ShardPlan {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+// ShardLoad is one shard as lockd sees it now.
+type ShardLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its weight in the map (0 when not in it: a shard being added or
+	// removed).
+	Weight float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	Epoch  uint32  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Sessions with a lease on it, holds on it, and grants per second over
+	// this lockd's last minute.
+	Sessions        int64   `protobuf:"varint,4,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Holds           int64   `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
+	GrantsPerSecond float64 `protobuf:"fixed64,6,opt,name=grants_per_second,json=grantsPerSecond,proto3" json:"grants_per_second,omitempty"`
+	// Why it could not be read just now; then only name and weight are set.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardLoad) Reset() {
+	*x = ShardLoad{}
+	mi := &file_lock_v1_lock_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardLoad) ProtoMessage() {}
+
+func (x *ShardLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
+func (*ShardLoad) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ShardLoad) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShardLoad) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *ShardLoad) GetEpoch() uint32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ShardLoad) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *ShardLoad) GetHolds() int64 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
+}
+
+func (x *ShardLoad) GetGrantsPerSecond() float64 {
+	if x != nil {
+		return x.GrantsPerSecond
+	}
+	return 0
+}
+
+func (x *ShardLoad) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ProposeShardPlanRequest changes the stored map into the plan's map.
+type ProposeShardPlanRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Shards to add (or re-weigh), by the topology's cluster name.
+	Add []*ShardWeight `protobuf:"bytes,1,rep,name=add,proto3" json:"add,omitempty"`
+	// Shards to remove.
+	Remove []string `protobuf:"bytes,2,rep,name=remove,proto3" json:"remove,omitempty"`
+	// Prefixes to pin to a shard, and pins to remove.
+	Pin   []*ShardPin `protobuf:"bytes,3,rep,name=pin,proto3" json:"pin,omitempty"`
+	Unpin []string    `protobuf:"bytes,4,rep,name=unpin,proto3" json:"unpin,omitempty"`
+	// Why; required.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeShardPlanRequest) Reset() {
+	*x = ProposeShardPlanRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeShardPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeShardPlanRequest) ProtoMessage() {}
+
+func (x *ProposeShardPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeShardPlanRequest.ProtoReflect.Descriptor instead.
+func (*ProposeShardPlanRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ProposeShardPlanRequest) GetAdd() []*ShardWeight {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *ProposeShardPlanRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+func (x *ProposeShardPlanRequest) GetPin() []*ShardPin {
+	if x != nil {
+		return x.Pin
+	}
+	return nil
+}
+
+func (x *ProposeShardPlanRequest) GetUnpin() []string {
+	if x != nil {
+		return x.Unpin
+	}
+	return nil
+}
+
+func (x *ProposeShardPlanRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ProposeShardPlanResponse is the plan proposed, with its preview.
+type ProposeShardPlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *ShardPlan             `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeShardPlanResponse) Reset() {
+	*x = ProposeShardPlanResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeShardPlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeShardPlanResponse) ProtoMessage() {}
+
+func (x *ProposeShardPlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeShardPlanResponse.ProtoReflect.Descriptor instead.
+func (*ProposeShardPlanResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ProposeShardPlanResponse) GetPlan() *ShardPlan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+// ApproveShardPlanResponse is the plan approved.
+type ApproveShardPlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          *ShardPlan             `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveShardPlanResponse) Reset() {
+	*x = ApproveShardPlanResponse{}
+	mi := &file_lock_v1_lock_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveShardPlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveShardPlanResponse) ProtoMessage() {}
+
+func (x *ApproveShardPlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveShardPlanResponse.ProtoReflect.Descriptor instead.
+func (*ApproveShardPlanResponse) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ApproveShardPlanResponse) GetPlan() *ShardPlan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+// ShardWeight is a shard and its weight (0 means 1).
+type ShardWeight struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Weight        float64                `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardWeight) Reset() {
+	*x = ShardWeight{}
+	mi := &file_lock_v1_lock_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardWeight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardWeight) ProtoMessage() {}
+
+func (x *ShardWeight) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardWeight.ProtoReflect.Descriptor instead.
+func (*ShardWeight) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ShardWeight) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ShardWeight) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+// ShardPin pins keys under prefix to shard.
+type ShardPin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Shard         string                 `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPin) Reset() {
+	*x = ShardPin{}
+	mi := &file_lock_v1_lock_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPin) ProtoMessage() {}
+
+func (x *ShardPin) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPin.ProtoReflect.Descriptor instead.
+func (*ShardPin) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ShardPin) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ShardPin) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+// ApproveShardPlanRequest names a proposed plan.
+type ApproveShardPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveShardPlanRequest) Reset() {
+	*x = ApproveShardPlanRequest{}
+	mi := &file_lock_v1_lock_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveShardPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveShardPlanRequest) ProtoMessage() {}
+
+func (x *ApproveShardPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveShardPlanRequest.ProtoReflect.Descriptor instead.
+func (*ApproveShardPlanRequest) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ApproveShardPlanRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ShardPlan is a plan and its progress.
+type ShardPlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The map version it replaces, and its own map as JSON.
+	FromVersion int64  `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	MapJson     string `protobuf:"bytes,3,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`
+	// proposed, approved, draining, flipping, settling, done, failed.
+	State     string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Requester string `protobuf:"bytes,5,opt,name=requester,proto3" json:"requester,omitempty"`
+	Approver  string `protobuf:"bytes,6,opt,name=approver,proto3" json:"approver,omitempty"`
+	Reason    string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The moving ranges that have holds or waiters (at proposal: a preview;
+	// from the drain on: those being drained), and stragglers: ranges
+	// granted on their old shard after the drain began, waited out after the
+	// flip.
+	Moves      []*RangeMove `protobuf:"bytes,8,rep,name=moves,proto3" json:"moves,omitempty"`
+	Stragglers []*RangeMove `protobuf:"bytes,9,rep,name=stragglers,proto3" json:"stragglers,omitempty"`
+	// Holds and waiters still in the ranges drained or waited out.
+	Remaining int32 `protobuf:"varint,10,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// At most how long the drain takes if no holder releases early: the
+	// longest TTL of the classes whose keys are live in the moving ranges.
+	ExpectedDrain *durationpb.Duration `protobuf:"bytes,11,opt,name=expected_drain,json=expectedDrain,proto3" json:"expected_drain,omitempty"`
+	// Why it cannot go on now (it goes on once that is fixed), or why it
+	// failed.
+	Blocked       string                 `protobuf:"bytes,12,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	Error         string                 `protobuf:"bytes,13,opt,name=error,proto3" json:"error,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPlan) Reset() {
+	*x = ShardPlan{}
+	mi := &file_lock_v1_lock_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPlan) ProtoMessage() {}
+
+func (x *ShardPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPlan.ProtoReflect.Descriptor instead.
+func (*ShardPlan) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ShardPlan) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetFromVersion() int64 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *ShardPlan) GetMapJson() string {
+	if x != nil {
+		return x.MapJson
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetRequester() string {
+	if x != nil {
+		return x.Requester
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetApprover() string {
+	if x != nil {
+		return x.Approver
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetMoves() []*RangeMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *ShardPlan) GetStragglers() []*RangeMove {
+	if x != nil {
+		return x.Stragglers
+	}
+	return nil
+}
+
+func (x *ShardPlan) GetRemaining() int32 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *ShardPlan) GetExpectedDrain() *durationpb.Duration {
+	if x != nil {
+		return x.ExpectedDrain
+	}
+	return nil
+}
+
+func (x *ShardPlan) GetBlocked() string {
+	if x != nil {
+		return x.Blocked
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ShardPlan) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// RangeMove is one range changing shard.
+type RangeMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Range string                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	From  string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To    string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// Holds and waiters in it on its old shard (at the last look).
+	Live          int32 `protobuf:"varint,4,opt,name=live,proto3" json:"live,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeMove) Reset() {
+	*x = RangeMove{}
+	mi := &file_lock_v1_lock_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeMove) ProtoMessage() {}
+
+func (x *RangeMove) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeMove.ProtoReflect.Descriptor instead.
+func (*RangeMove) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *RangeMove) GetRange() string {
+	if x != nil {
+		return x.Range
+	}
+	return ""
+}
+
+func (x *RangeMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RangeMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *RangeMove) GetLive() int32 {
+	if x != nil {
+		return x.Live
+	}
+	return 0
+}
+
 var File_lock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_lock_v1_lock_proto_rawDesc = "" +
@@ -4853,7 +5618,63 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x06grants\x18\x03 \x01(\x03R\x06grants\x12\x1a\n" +
 	"\bexpiries\x18\x04 \x01(\x03R\bexpiries\x12\x16\n" +
 	"\x06forced\x18\x05 \x01(\x03R\x06forced\x12<\n" +
-	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold*\xfd\x06\n" +
+	"\flongest_hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vlongestHold\"\x14\n" +
+	"\x12ShardStatusRequest\"\xa0\x01\n" +
+	"\x13ShardStatusResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x19\n" +
+	"\bmap_json\x18\x02 \x01(\tR\amapJson\x12*\n" +
+	"\x06shards\x18\x03 \x03(\v2\x12.lock.v1.ShardLoadR\x06shards\x12(\n" +
+	"\x05plans\x18\x04 \x03(\v2\x12.lock.v1.ShardPlanR\x05plans\"\xc1\x01\n" +
+	"\tShardLoad\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\rR\x05epoch\x12\x1a\n" +
+	"\bsessions\x18\x04 \x01(\x03R\bsessions\x12\x14\n" +
+	"\x05holds\x18\x05 \x01(\x03R\x05holds\x12*\n" +
+	"\x11grants_per_second\x18\x06 \x01(\x01R\x0fgrantsPerSecond\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xac\x01\n" +
+	"\x17ProposeShardPlanRequest\x12&\n" +
+	"\x03add\x18\x01 \x03(\v2\x14.lock.v1.ShardWeightR\x03add\x12\x16\n" +
+	"\x06remove\x18\x02 \x03(\tR\x06remove\x12#\n" +
+	"\x03pin\x18\x03 \x03(\v2\x11.lock.v1.ShardPinR\x03pin\x12\x14\n" +
+	"\x05unpin\x18\x04 \x03(\tR\x05unpin\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"B\n" +
+	"\x18ProposeShardPlanResponse\x12&\n" +
+	"\x04plan\x18\x01 \x01(\v2\x12.lock.v1.ShardPlanR\x04plan\"B\n" +
+	"\x18ApproveShardPlanResponse\x12&\n" +
+	"\x04plan\x18\x01 \x01(\v2\x12.lock.v1.ShardPlanR\x04plan\"9\n" +
+	"\vShardWeight\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\"8\n" +
+	"\bShardPin\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\")\n" +
+	"\x17ApproveShardPlanRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xea\x03\n" +
+	"\tShardPlan\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\ffrom_version\x18\x02 \x01(\x03R\vfromVersion\x12\x19\n" +
+	"\bmap_json\x18\x03 \x01(\tR\amapJson\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1c\n" +
+	"\trequester\x18\x05 \x01(\tR\trequester\x12\x1a\n" +
+	"\bapprover\x18\x06 \x01(\tR\bapprover\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12(\n" +
+	"\x05moves\x18\b \x03(\v2\x12.lock.v1.RangeMoveR\x05moves\x122\n" +
+	"\n" +
+	"stragglers\x18\t \x03(\v2\x12.lock.v1.RangeMoveR\n" +
+	"stragglers\x12\x1c\n" +
+	"\tremaining\x18\n" +
+	" \x01(\x05R\tremaining\x12@\n" +
+	"\x0eexpected_drain\x18\v \x01(\v2\x19.google.protobuf.DurationR\rexpectedDrain\x12\x18\n" +
+	"\ablocked\x18\f \x01(\tR\ablocked\x12\x14\n" +
+	"\x05error\x18\r \x01(\tR\x05error\x129\n" +
+	"\n" +
+	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"Y\n" +
+	"\tRangeMove\x12\x14\n" +
+	"\x05range\x18\x01 \x01(\tR\x05range\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
+	"\x04live\x18\x04 \x01(\x05R\x04live*\x9a\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_REASON_HELD\x10\x01\x12\x15\n" +
@@ -4885,7 +5706,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x15ERROR_REASON_NO_CLASS\x10\x1a\x12\x1b\n" +
 	"\x17ERROR_REASON_OPEN_GRACE\x10\x1b\x12\x1d\n" +
 	"\x19ERROR_REASON_WRONG_REGION\x10\x1c\x12\x17\n" +
-	"\x13ERROR_REASON_MOVING\x10\x1d*\x95\x01\n" +
+	"\x13ERROR_REASON_MOVING\x10\x1d\x12\x1b\n" +
+	"\x17ERROR_REASON_PLAN_STATE\x10\x1e*\x95\x01\n" +
 	"\n" +
 	"TokenState\x12\x1b\n" +
 	"\x17TOKEN_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -4908,7 +5730,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\vListClasses\x12\x1b.lock.v1.ListClassesRequest\x1a\x1c.lock.v1.ListClassesResponse\x12E\n" +
 	"\n" +
 	"ClassStats\x12\x1a.lock.v1.ClassStatsRequest\x1a\x1b.lock.v1.ClassStatsResponse\x12N\n" +
-	"\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse2\xaf\x06\n" +
+	"\rValidateToken\x12\x1d.lock.v1.ValidateTokenRequest\x1a\x1e.lock.v1.ValidateTokenResponse2\xab\b\n" +
 	"\fAdminService\x12H\n" +
 	"\vEpochStatus\x12\x1b.lock.v1.EpochStatusRequest\x1a\x1c.lock.v1.EpochStatusResponse\x12K\n" +
 	"\fListClusters\x12\x1c.lock.v1.ListClustersRequest\x1a\x1d.lock.v1.ListClustersResponse\x12K\n" +
@@ -4918,7 +5740,10 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x13RequestForceRelease\x12#.lock.v1.RequestForceReleaseRequest\x1a$.lock.v1.RequestForceReleaseResponse\x12`\n" +
 	"\x13ApproveForceRelease\x12#.lock.v1.ApproveForceReleaseRequest\x1a$.lock.v1.ApproveForceReleaseResponse\x12W\n" +
 	"\x10DenyForceRelease\x12 .lock.v1.DenyForceReleaseRequest\x1a!.lock.v1.DenyForceReleaseResponse\x12Z\n" +
-	"\x11ListForceReleases\x12!.lock.v1.ListForceReleasesRequest\x1a\".lock.v1.ListForceReleasesResponseB1Z/github.com/lockd-dev/lockd/proto/lock/v1;lockv1b\x06proto3"
+	"\x11ListForceReleases\x12!.lock.v1.ListForceReleasesRequest\x1a\".lock.v1.ListForceReleasesResponse\x12H\n" +
+	"\vShardStatus\x12\x1b.lock.v1.ShardStatusRequest\x1a\x1c.lock.v1.ShardStatusResponse\x12W\n" +
+	"\x10ProposeShardPlan\x12 .lock.v1.ProposeShardPlanRequest\x1a!.lock.v1.ProposeShardPlanResponse\x12W\n" +
+	"\x10ApproveShardPlan\x12 .lock.v1.ApproveShardPlanRequest\x1a!.lock.v1.ApproveShardPlanResponseB1Z/github.com/lockd-dev/lockd/proto/lock/v1;lockv1b\x06proto3"
 
 var (
 	file_lock_v1_lock_proto_rawDescOnce sync.Once
@@ -4933,7 +5758,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -4994,118 +5819,145 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*HistoryStatsRequest)(nil),         // 56: lock.v1.HistoryStatsRequest
 	(*HistoryStatsResponse)(nil),        // 57: lock.v1.HistoryStatsResponse
 	(*ClassHistory)(nil),                // 58: lock.v1.ClassHistory
-	nil,                                 // 59: lock.v1.AcquireRequest.ClusterLeasesEntry
-	nil,                                 // 60: lock.v1.AcquireRequest.RetiredLeasesEntry
-	(*timestamppb.Timestamp)(nil),       // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 62: google.protobuf.Duration
+	(*ShardStatusRequest)(nil),          // 59: lock.v1.ShardStatusRequest
+	(*ShardStatusResponse)(nil),         // 60: lock.v1.ShardStatusResponse
+	(*ShardLoad)(nil),                   // 61: lock.v1.ShardLoad
+	(*ProposeShardPlanRequest)(nil),     // 62: lock.v1.ProposeShardPlanRequest
+	(*ProposeShardPlanResponse)(nil),    // 63: lock.v1.ProposeShardPlanResponse
+	(*ApproveShardPlanResponse)(nil),    // 64: lock.v1.ApproveShardPlanResponse
+	(*ShardWeight)(nil),                 // 65: lock.v1.ShardWeight
+	(*ShardPin)(nil),                    // 66: lock.v1.ShardPin
+	(*ApproveShardPlanRequest)(nil),     // 67: lock.v1.ApproveShardPlanRequest
+	(*ShardPlan)(nil),                   // 68: lock.v1.ShardPlan
+	(*RangeMove)(nil),                   // 69: lock.v1.RangeMove
+	nil,                                 // 70: lock.v1.AcquireRequest.ClusterLeasesEntry
+	nil,                                 // 71: lock.v1.AcquireRequest.RetiredLeasesEntry
+	(*timestamppb.Timestamp)(nil),       // 72: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 73: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	61, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	61, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	61, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	72, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	72, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	72, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	62, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	62, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	62, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	73, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	73, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	73, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	62, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	61, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	73, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	72, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
 	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	62, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	59, // 16: lock.v1.AcquireRequest.cluster_leases:type_name -> lock.v1.AcquireRequest.ClusterLeasesEntry
-	60, // 17: lock.v1.AcquireRequest.retired_leases:type_name -> lock.v1.AcquireRequest.RetiredLeasesEntry
+	73, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	70, // 16: lock.v1.AcquireRequest.cluster_leases:type_name -> lock.v1.AcquireRequest.ClusterLeasesEntry
+	71, // 17: lock.v1.AcquireRequest.retired_leases:type_name -> lock.v1.AcquireRequest.RetiredLeasesEntry
 	11, // 18: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	61, // 19: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	62, // 20: lock.v1.AcquireResponse.cluster_ttl:type_name -> google.protobuf.Duration
-	61, // 21: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	62, // 22: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	72, // 19: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	73, // 20: lock.v1.AcquireResponse.cluster_ttl:type_name -> google.protobuf.Duration
+	72, // 21: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	73, // 22: lock.v1.Hold.age:type_name -> google.protobuf.Duration
 	11, // 23: lock.v1.Hold.token:type_name -> lock.v1.Token
-	62, // 24: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	62, // 25: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	73, // 24: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	73, // 25: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
 	29, // 26: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
 	30, // 27: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
 	29, // 28: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	62, // 29: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	61, // 30: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	61, // 31: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	62, // 32: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	73, // 29: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	72, // 30: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	72, // 31: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	73, // 32: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
 	35, // 33: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
 	38, // 34: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
 	40, // 35: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
-	61, // 36: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 37: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	72, // 36: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	73, // 37: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
 	50, // 38: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	62, // 39: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	62, // 40: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	73, // 39: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	73, // 40: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
 	1,  // 41: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	61, // 42: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	61, // 43: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	72, // 42: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	72, // 43: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
 	55, // 44: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	61, // 45: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	72, // 45: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
 	11, // 46: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	61, // 47: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	72, // 47: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
 	11, // 48: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	61, // 49: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	62, // 50: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	61, // 51: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
-	61, // 52: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	72, // 49: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	73, // 50: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	72, // 51: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	72, // 52: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
 	58, // 53: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
-	62, // 54: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
-	12, // 55: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 56: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 57: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 58: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 59: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 60: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 61: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 62: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	53, // 63: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	56, // 64: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
-	34, // 65: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 66: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	48, // 67: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	51, // 68: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 69: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 70: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
-	42, // 71: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	44, // 72: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	46, // 73: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 74: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 75: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 76: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 77: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	13, // 78: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 79: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 80: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 81: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 82: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 83: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 84: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 85: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	54, // 86: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	57, // 87: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
-	36, // 88: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 89: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	49, // 90: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	52, // 91: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 92: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	41, // 93: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
-	43, // 94: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	45, // 95: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	47, // 96: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 97: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 98: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 99: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 100: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	78, // [78:101] is the sub-list for method output_type
-	55, // [55:78] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	73, // 54: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	61, // 55: lock.v1.ShardStatusResponse.shards:type_name -> lock.v1.ShardLoad
+	68, // 56: lock.v1.ShardStatusResponse.plans:type_name -> lock.v1.ShardPlan
+	65, // 57: lock.v1.ProposeShardPlanRequest.add:type_name -> lock.v1.ShardWeight
+	66, // 58: lock.v1.ProposeShardPlanRequest.pin:type_name -> lock.v1.ShardPin
+	68, // 59: lock.v1.ProposeShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
+	68, // 60: lock.v1.ApproveShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
+	69, // 61: lock.v1.ShardPlan.moves:type_name -> lock.v1.RangeMove
+	69, // 62: lock.v1.ShardPlan.stragglers:type_name -> lock.v1.RangeMove
+	73, // 63: lock.v1.ShardPlan.expected_drain:type_name -> google.protobuf.Duration
+	72, // 64: lock.v1.ShardPlan.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 65: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 66: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 67: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 68: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	24, // 69: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	26, // 70: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	28, // 71: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	32, // 72: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	53, // 73: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	56, // 74: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	34, // 75: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	22, // 76: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	48, // 77: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	51, // 78: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	37, // 79: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	39, // 80: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
+	42, // 81: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	44, // 82: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	46, // 83: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 84: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 85: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 86: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 87: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	59, // 88: lock.v1.AdminService.ShardStatus:input_type -> lock.v1.ShardStatusRequest
+	62, // 89: lock.v1.AdminService.ProposeShardPlan:input_type -> lock.v1.ProposeShardPlanRequest
+	67, // 90: lock.v1.AdminService.ApproveShardPlan:input_type -> lock.v1.ApproveShardPlanRequest
+	13, // 91: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 92: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 93: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 94: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	25, // 95: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	27, // 96: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	31, // 97: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	33, // 98: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	54, // 99: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	57, // 100: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	36, // 101: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	23, // 102: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	49, // 103: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	52, // 104: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	38, // 105: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	41, // 106: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
+	43, // 107: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	45, // 108: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	47, // 109: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 110: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 111: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 112: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 113: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	60, // 114: lock.v1.AdminService.ShardStatus:output_type -> lock.v1.ShardStatusResponse
+	63, // 115: lock.v1.AdminService.ProposeShardPlan:output_type -> lock.v1.ProposeShardPlanResponse
+	64, // 116: lock.v1.AdminService.ApproveShardPlan:output_type -> lock.v1.ApproveShardPlanResponse
+	91, // [91:117] is the sub-list for method output_type
+	65, // [65:91] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -5119,7 +5971,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

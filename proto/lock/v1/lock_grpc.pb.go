@@ -697,6 +697,9 @@ const (
 	AdminService_ApproveForceRelease_FullMethodName = "/lock.v1.AdminService/ApproveForceRelease"
 	AdminService_DenyForceRelease_FullMethodName    = "/lock.v1.AdminService/DenyForceRelease"
 	AdminService_ListForceReleases_FullMethodName   = "/lock.v1.AdminService/ListForceReleases"
+	AdminService_ShardStatus_FullMethodName         = "/lock.v1.AdminService/ShardStatus"
+	AdminService_ProposeShardPlan_FullMethodName    = "/lock.v1.AdminService/ProposeShardPlan"
+	AdminService_ApproveShardPlan_FullMethodName    = "/lock.v1.AdminService/ApproveShardPlan"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -735,6 +738,16 @@ type AdminServiceClient interface {
 	DenyForceRelease(ctx context.Context, in *DenyForceReleaseRequest, opts ...grpc.CallOption) (*DenyForceReleaseResponse, error)
 	// ListForceReleases lists the pending requests.
 	ListForceReleases(ctx context.Context, in *ListForceReleasesRequest, opts ...grpc.CallOption) (*ListForceReleasesResponse, error)
+	// ShardStatus shows the entity tier's shard map, each shard's load and
+	// epoch, and the move plans. Operators only.
+	ShardStatus(ctx context.Context, in *ShardStatusRequest, opts ...grpc.CallOption) (*ShardStatusResponse, error)
+	// ProposeShardPlan proposes a change of the shard map and previews what
+	// it moves; a second operator approves it (ApproveShardPlan), then lockd's
+	// move controller carries it out.
+	ProposeShardPlan(ctx context.Context, in *ProposeShardPlanRequest, opts ...grpc.CallOption) (*ProposeShardPlanResponse, error)
+	// ApproveShardPlan approves a proposed plan; the approver must be
+	// another operator than its requester.
+	ApproveShardPlan(ctx context.Context, in *ApproveShardPlanRequest, opts ...grpc.CallOption) (*ApproveShardPlanResponse, error)
 }
 
 type adminServiceClient struct {
@@ -835,6 +848,36 @@ func (c *adminServiceClient) ListForceReleases(ctx context.Context, in *ListForc
 	return out, nil
 }
 
+func (c *adminServiceClient) ShardStatus(ctx context.Context, in *ShardStatusRequest, opts ...grpc.CallOption) (*ShardStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardStatusResponse)
+	err := c.cc.Invoke(ctx, AdminService_ShardStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ProposeShardPlan(ctx context.Context, in *ProposeShardPlanRequest, opts ...grpc.CallOption) (*ProposeShardPlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProposeShardPlanResponse)
+	err := c.cc.Invoke(ctx, AdminService_ProposeShardPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ApproveShardPlan(ctx context.Context, in *ApproveShardPlanRequest, opts ...grpc.CallOption) (*ApproveShardPlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveShardPlanResponse)
+	err := c.cc.Invoke(ctx, AdminService_ApproveShardPlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -871,6 +914,16 @@ type AdminServiceServer interface {
 	DenyForceRelease(context.Context, *DenyForceReleaseRequest) (*DenyForceReleaseResponse, error)
 	// ListForceReleases lists the pending requests.
 	ListForceReleases(context.Context, *ListForceReleasesRequest) (*ListForceReleasesResponse, error)
+	// ShardStatus shows the entity tier's shard map, each shard's load and
+	// epoch, and the move plans. Operators only.
+	ShardStatus(context.Context, *ShardStatusRequest) (*ShardStatusResponse, error)
+	// ProposeShardPlan proposes a change of the shard map and previews what
+	// it moves; a second operator approves it (ApproveShardPlan), then lockd's
+	// move controller carries it out.
+	ProposeShardPlan(context.Context, *ProposeShardPlanRequest) (*ProposeShardPlanResponse, error)
+	// ApproveShardPlan approves a proposed plan; the approver must be
+	// another operator than its requester.
+	ApproveShardPlan(context.Context, *ApproveShardPlanRequest) (*ApproveShardPlanResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -907,6 +960,15 @@ func (UnimplementedAdminServiceServer) DenyForceRelease(context.Context, *DenyFo
 }
 func (UnimplementedAdminServiceServer) ListForceReleases(context.Context, *ListForceReleasesRequest) (*ListForceReleasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListForceReleases not implemented")
+}
+func (UnimplementedAdminServiceServer) ShardStatus(context.Context, *ShardStatusRequest) (*ShardStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) ProposeShardPlan(context.Context, *ProposeShardPlanRequest) (*ProposeShardPlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ProposeShardPlan not implemented")
+}
+func (UnimplementedAdminServiceServer) ApproveShardPlan(context.Context, *ApproveShardPlanRequest) (*ApproveShardPlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveShardPlan not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -1091,6 +1153,60 @@ func _AdminService_ListForceReleases_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ShardStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ShardStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ShardStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ShardStatus(ctx, req.(*ShardStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ProposeShardPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProposeShardPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ProposeShardPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ProposeShardPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ProposeShardPlan(ctx, req.(*ProposeShardPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ApproveShardPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveShardPlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ApproveShardPlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ApproveShardPlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ApproveShardPlan(ctx, req.(*ApproveShardPlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1133,6 +1249,18 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListForceReleases",
 			Handler:    _AdminService_ListForceReleases_Handler,
+		},
+		{
+			MethodName: "ShardStatus",
+			Handler:    _AdminService_ShardStatus_Handler,
+		},
+		{
+			MethodName: "ProposeShardPlan",
+			Handler:    _AdminService_ProposeShardPlan_Handler,
+		},
+		{
+			MethodName: "ApproveShardPlan",
+			Handler:    _AdminService_ApproveShardPlan_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
