@@ -225,7 +225,7 @@ func (a *Arbiter) ApproveShardPlan(ctx context.Context, caller identity.Caller, 
 func planErr(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, shardmove.ErrSamePerson):
-		return fmt.Errorf("%w: %w", ErrSamePerson, err)
+		return ErrSamePerson
 	case errors.Is(err, shardmove.ErrNotFound):
 		return fmt.Errorf("%w: %w", ErrPlanNotFound, err)
 	case errors.Is(err, shardmove.ErrInvalid):

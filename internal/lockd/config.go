@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +85,12 @@ type Config struct {
 	// CoordServesEntity: the coord cluster serves the entity tier too, as
 	// its first shard, beside the Clusters that serve it.
 	CoordServesEntity bool
+	// EmbeddedShards, with the embedded etcd, start one more embedded
+	// member per name, each an entity shard beside the embedded cluster
+	// (which stays the first shard): for development. Shard i (from 1)
+	// listens on the client and peer ports of EtcdClientURL plus 2i and
+	// 2i+1, its data in DataDir/shards/NAME.
+	EmbeddedShards []string
 	// EtcdClientURL and EtcdPeerURL are where the embedded member listens
 	// (lockd itself talks to it in-process; these are for etcdctl).
 	EtcdClientURL, EtcdPeerURL string
@@ -272,6 +279,16 @@ func (o *Config) Validate() error {
 			}
 		}
 	}
+	if len(o.EmbeddedShards) > 0 && !o.embedded() {
+		add("--embedded-shard: only with the embedded etcd (not with --etcd-endpoints or --topology)")
+	}
+	seen := map[string]bool{"embedded": true}
+	for _, name := range o.EmbeddedShards {
+		if !dnsLabel.MatchString(name) || seen[name] {
+			add("--embedded-shard %q: must be a DNS label, unique, and not \"embedded\" (the embedded cluster's name)", name)
+		}
+		seen[name] = true
+	}
 	for _, c := range o.Clusters {
 		if c.Backend == nil && len(c.Endpoints) == 0 {
 			add("cluster %q: endpoints: required", c.Name)
@@ -378,4 +395,21 @@ func checkEtcdURL(flag, raw string, add func(string, ...any)) bool {
 		return true
 	}
 	return false
+}
+
+// dnsLabel is a cluster name's form.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// shardURL is url with its port moved up by delta.
+func shardURL(raw string, delta int) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return "", err
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(port+delta))
+	return u.String(), nil
 }

@@ -610,6 +610,24 @@ func dialAddr(a net.Addr) string {
 // cluster; the Daemon closes the ones it opened.
 func (d *Daemon) openClusters(cfg *Config, dataDir string) ([]arbiter.Cluster, error) {
 	var out []arbiter.Cluster
+	for i, name := range cfg.EmbeddedShards {
+		clientURL, err := shardURL(cfg.EtcdClientURL, 2*(i+1))
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-shard %s: %w", name, err)
+		}
+		peerURL, err := shardURL(cfg.EtcdClientURL, 2*(i+1)+1)
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-shard %s: %w", name, err)
+		}
+		b, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dataDir, "shards", name), Name: name,
+			ClientURL: clientURL, PeerURL: peerURL, ClusterToken: name})
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-shard %s: %w", name, err)
+		}
+		d.clusterBackends = append(d.clusterBackends, b)
+		cfg.Clusters = append(cfg.Clusters, ClusterConfig{Name: name, Tiers: []string{"entity"}, Backend: b})
+		cfg.CoordServesEntity = true
+	}
 	for _, c := range cfg.Clusters {
 		b := c.Backend
 		if b == nil {

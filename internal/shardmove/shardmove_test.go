@@ -20,6 +20,7 @@ import (
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	"github.com/lockd-dev/lockd/pkg/token"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // startShards is a lockd in front of a coord cluster and entity shards e1
@@ -268,3 +269,68 @@ func TestAMoveDrainsFlipsAndNeverLetsATokenGoBackwards(t *testing.T) {
 }
 
 func epochOf(tok uint64) uint32 { e, _ := token.Unpack(tok); return e }
+
+// TestOperatorsMoveRangesThroughLockd: through lock.v1's AdminService, one
+// operator proposes adding e2 (the preview names the held range that moves),
+// the same operator cannot approve it (SAME_PERSON), another does, and
+// lockd's own elected controller carries it out; a workload may do none of
+// it.
+func TestOperatorsMoveRangesThroughLockd(t *testing.T) {
+	env, _, _, c := startShards(t)
+	ctx := t.Context()
+	_, op1 := env.Raw(t, lockdtest.Operator)
+	_, op2 := env.Raw(t, lockdtest.Operator2)
+	_, worker := env.Raw(t, lockdtest.Alice)
+
+	to := &shardmap.Map{Version: 1, Shards: []shardmap.Shard{{Name: "e1"}, {Name: "e2"}}}
+	k := keyMovingTo(t, to, "e2")
+	l, err := c.Acquire(ctx, k, "", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.ProposeShardPlan(ctx, &lockv1.ProposeShardPlanRequest{Add: []*lockv1.ShardWeight{{Name: "e2"}}, Reason: "r"}); !errors.Is(client.Decode(err), client.ErrNotOperator) {
+		t.Fatalf("a workload proposing: %v; want NOT_OPERATOR", err)
+	}
+	if _, err := op1.ProposeShardPlan(ctx, &lockv1.ProposeShardPlanRequest{Add: []*lockv1.ShardWeight{{Name: "e9"}}, Reason: "r"}); !errors.Is(client.Decode(err), client.ErrInvalid) || !strings.Contains(err.Error(), `add[0]: "e9" is not an entity shard`) {
+		t.Fatalf("adding an unknown shard: %v; want INVALID naming add[0]", err)
+	}
+	resp, err := op1.ProposeShardPlan(ctx, &lockv1.ProposeShardPlanRequest{Add: []*lockv1.ShardWeight{{Name: "e2"}}, Reason: "add e2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.GetPlan()
+	if p.GetState() != shardmove.StateProposed || len(p.GetMoves()) != 1 || p.GetMoves()[0].GetLive() != 1 || p.GetExpectedDrain().AsDuration() != 15*time.Second {
+		t.Fatalf("proposed = %v; want one live range (1 hold) with a 15s drain (class t/std)", p)
+	}
+	if _, err := op1.ApproveShardPlan(ctx, &lockv1.ApproveShardPlanRequest{Id: p.GetId()}); !errors.Is(client.Decode(err), client.ErrSamePerson) {
+		t.Fatalf("the requester approving: %v; want SAME_PERSON", err)
+	}
+	if _, err := op2.ApproveShardPlan(ctx, &lockv1.ApproveShardPlanRequest{Id: p.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op2.ApproveShardPlan(ctx, &lockv1.ApproveShardPlanRequest{Id: p.GetId()}); !errors.Is(client.Decode(err), client.ErrPlanState) {
+		t.Fatalf("approving twice: %v; want PLAN_STATE", err)
+	}
+	state := func() (*lockv1.ShardStatusResponse, *lockv1.ShardPlan) {
+		st, err := op1.ShardStatus(ctx, &lockv1.ShardStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, st.GetPlans()[len(st.GetPlans())-1]
+	}
+	lockdtest.WaitFor(t, 10*time.Second, "the plan draining its held range", func() bool {
+		_, q := state()
+		return q.GetState() == shardmove.StateDraining && q.GetRemaining() == 1
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.WaitFor(t, 20*time.Second, "the plan done", func() bool {
+		_, q := state()
+		return q.GetState() == shardmove.StateDone
+	})
+	st, _ := state()
+	if st.GetVersion() != 1 || len(st.GetShards()) != 2 || st.GetShards()[1].GetName() != "e2" || st.GetShards()[1].GetWeight() != 1 {
+		t.Fatalf("status = %v; want map version 1 with e2 in it", st)
+	}
+}

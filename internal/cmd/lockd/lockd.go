@@ -186,6 +186,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.StringVar(&opts.Topology, "topology", "", "a topology file naming the etcd cluster of each tier (coord, entity), with endpoints and TLS, and the region (docs/operating.md); replaces --etcd-endpoints, --etcd-ca, --etcd-cert, --etcd-key and sets --region")
 	f.StringVar(&opts.EtcdClientURL, "etcd-client-url", opts.EtcdClientURL, "embedded etcd client URL (for etcdctl; lockd talks to the member in-process)")
 	f.StringVar(&opts.EtcdPeerURL, "etcd-peer-url", opts.EtcdPeerURL, "embedded etcd peer URL")
+	f.StringArrayVar(&opts.EmbeddedShards, "embedded-shard", nil, "DEVELOPMENT: start one more embedded etcd member as an entity shard named NAME, beside the embedded cluster (repeatable; shard i listens on --etcd-client-url's port + 2i and + 2i+1; docs/operating.md, Entity shards)")
 	f.StringVar(&opts.TLSCert, "tls-cert", "", "server certificate (PEM); with --tls-key and --tls-client-ca, replaces the dev PKI")
 	f.StringVar(&opts.TLSKey, "tls-key", "", "server private key (PEM)")
 	f.StringVar(&opts.TLSClientCA, "tls-client-ca", "", "CA certificates (PEM) that client SVIDs must chain to")

@@ -65,6 +65,15 @@ func TestTopologyWithTheTiersSplitFrontsEachCluster(t *testing.T) {
 	require.Equal(t, "coord", o.Cluster)
 	require.Equal(t, []string{"http://a:2379"}, o.EtcdEndpoints)
 	require.Equal(t, []lockd.ClusterConfig{{Name: "entity-1", Tiers: []string{"entity"}, Endpoints: []string{"http://b:2379", "http://c:2379"}}}, o.Clusters)
+	require.False(t, o.CoordServesEntity)
+
+	// The coord cluster as the entity tier's first shard, beside another.
+	sharded := writeTopology(t, "clusters:\n- name: main\n  tiers: [coord, entity]\n  endpoints: [http://a:2379]\n"+
+		"- name: shard-2\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
+	code, o, stderr = parse(t, []string{"--topology", sharded}, nil)
+	require.Equal(t, ExitOK, code, stderr)
+	require.True(t, o.CoordServesEntity)
+	require.Equal(t, "shard-2", o.Clusters[0].Name)
 }
 
 // TestTopologyItCannotUseIsRefusedNamingTheField: a bad file, flags the file
@@ -72,7 +81,7 @@ func TestTopologyWithTheTiersSplitFrontsEachCluster(t *testing.T) {
 // nothing is started.
 func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
 	one := writeTopology(t, "region: eu-west\nclusters:\n- name: main\n  tiers: [coord, entity]\n  endpoints: [http://127.0.0.1:2379]\n")
-	twice := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord, entity]\n  endpoints: [http://a:2379]\n- name: entity-1\n  tiers: [entity]\n  endpoints: [http://b:2379]\n")
+	twice := writeTopology(t, "clusters:\n- name: coord\n  tiers: [coord, entity]\n  endpoints: [http://a:2379]\n- name: coord-2\n  tiers: [coord]\n  endpoints: [http://b:2379]\n")
 	bad := writeTopology(t, "clusters:\n- name: main\n  tiers: [coord]\n  endpoints: [http://a:2379]\n")
 	for _, tc := range []struct {
 		args []string
@@ -82,7 +91,7 @@ func TestTopologyItCannotUseIsRefusedNamingTheField(t *testing.T) {
 		{[]string{"--topology", filepath.Join(t.TempDir(), "none.yaml")}, "--topology: topology: open"},
 		{[]string{"--topology", one, "--etcd-endpoints", "http://x:2379"}, "--etcd-endpoints: cannot be combined with --topology"},
 		{[]string{"--topology", one, "--region", "us-east"}, `--region "us-east": the topology ` + one + ` says region "eu-west"`},
-		{[]string{"--topology", twice}, "--topology: " + twice + ": topology: clusters[1].tiers[0]: tier entity is already served by clusters[0]"},
+		{[]string{"--topology", twice}, "--topology: " + twice + ": topology: clusters[1].tiers[0]: tier coord is already served by clusters[0]"},
 	} {
 		code, o, stderr := parse(t, tc.args, nil)
 		require.Equal(t, ExitUsage, code, stderr)

@@ -67,12 +67,16 @@ func hintFor(err error, target string) string {
 		}
 		return "lockd serves each namespace in its home region only, and never forwards: run this against " + where +
 			" with --context; a context names its region with region: in the lockctl config"
+	case errors.Is(err, client.ErrPlanState):
+		return "`lockctl shards status` shows every plan and its state; a plan whose map changed meanwhile is proposed again (lockctl shards plan)"
+	case errors.Is(err, client.ErrMoving):
+		return "the key's range is moving to another shard: retry with --wait, which asks again until the move completes"
 	case errors.Is(err, client.ErrOpenGrace):
 		return "holders of grants made without quorum may still be acting on the key: retry with --wait, which waits it out"
 	}
 	switch {
 	case errors.Is(err, client.ErrSamePerson):
-		return "two people: a second operator must approve (lockctl --context <theirs> force-release approve <id>)"
+		return "two people: a second operator must approve, with their own identity (lockctl --context <theirs> ...)"
 	case errors.Is(err, client.ErrNotOperator):
 		return "this needs an operator identity: use a context whose certificate is an operator's (--context)"
 	}

@@ -16,8 +16,8 @@ import (
 func plan(state string) *lockv1.ShardPlan {
 	return &lockv1.ShardPlan{
 		Id: "20261205-180501-a1b2c3", FromVersion: 2, State: state, Requester: "spiffe://lockd.local/ops/ann", Reason: "entity-1 at 80% (CAP-12)",
-		MapJson: `{"version":3,"shards":[{"name":"entity-1"},{"name":"entity-2"},{"name":"entity-3"}]}`,
-		Moves:   []*lockv1.RangeMove{{Range: "payments/ledger/", From: "entity-1", To: "entity-3", Live: 2}},
+		MapJson:       `{"version":3,"shards":[{"name":"entity-1"},{"name":"entity-2"},{"name":"entity-3"}]}`,
+		Moves:         []*lockv1.RangeMove{{Range: "payments/ledger/", From: "entity-1", To: "entity-3", Live: 2}},
 		ExpectedDrain: durationpb.New(15 * time.Second), UpdatedAt: timestamppb.New(golden.Now.Add(-5 * time.Second)),
 	}
 }
