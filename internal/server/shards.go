@@ -84,15 +84,16 @@ func planProto(p *shardmove.Plan) *lockv1.ShardPlan {
 	out := &lockv1.ShardPlan{Id: p.ID, FromVersion: p.From, MapJson: mapJSON(p.To), State: p.State, Requester: p.Requester,
 		Approver: p.Approver, Reason: p.Reason, Remaining: int32(p.Remaining), Blocked: p.Blocked, Error: p.Err,
 		UpdatedAt: timestamppb.New(p.Updated)}
-	var drain int64
-	for _, m := range p.Live {
-		out.Moves = append(out.Moves, &lockv1.RangeMove{Range: m.Range, From: m.From, To: m.To, Live: int32(m.Live)})
-		drain = max(drain, int64(m.TTL))
+	var drain time.Duration
+	conv := func(ms []shardmove.Move) []*lockv1.RangeMove {
+		var out []*lockv1.RangeMove
+		for _, m := range ms {
+			out = append(out, &lockv1.RangeMove{Range: m.Range, From: m.From, To: m.To, Live: int32(m.Live)})
+			drain = max(drain, m.TTL)
+		}
+		return out
 	}
-	for _, m := range p.Stragglers {
-		out.Stragglers = append(out.Stragglers, &lockv1.RangeMove{Range: m.Range, From: m.From, To: m.To, Live: int32(m.Live)})
-		drain = max(drain, int64(m.TTL))
-	}
-	out.ExpectedDrain = durationpb.New(time.Duration(drain))
+	out.Moves, out.Stragglers = conv(p.Live), conv(p.Stragglers)
+	out.ExpectedDrain = durationpb.New(drain)
 	return out
 }

@@ -172,12 +172,13 @@ func NewPlanView(p *lockv1.ShardPlan) *PlanView {
 		Approver: p.GetApprover(), Reason: p.GetReason(), Moves: []MoveView{}, Remaining: p.GetRemaining(),
 		ExpectedDrain: cmdutil.Seconds(p.GetExpectedDrain()), Blocked: p.GetBlocked(), Error: p.GetError(),
 		UpdatedAt: cmdutil.Time(p.GetUpdatedAt())}
-	for _, m := range p.GetMoves() {
-		v.Moves = append(v.Moves, MoveView{Range: m.GetRange(), From: m.GetFrom(), To: m.GetTo(), Live: m.GetLive()})
+	conv := func(ms []*lockv1.RangeMove) (out []MoveView) {
+		for _, m := range ms {
+			out = append(out, MoveView{Range: m.GetRange(), From: m.GetFrom(), To: m.GetTo(), Live: m.GetLive()})
+		}
+		return out
 	}
-	for _, m := range p.GetStragglers() {
-		v.Stragglers = append(v.Stragglers, MoveView{Range: m.GetRange(), From: m.GetFrom(), To: m.GetTo(), Live: m.GetLive()})
-	}
+	v.Moves, v.Stragglers = append(v.Moves, conv(p.GetMoves())...), conv(p.GetStragglers())
 	return v
 }
 
