@@ -16,6 +16,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/internal/shardmove"
 )
 
 // Force-release keys: pending requests, on a lease of ForceRequestTTL, and
@@ -201,29 +202,15 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 			return ForceApproval{}, err
 		}
 	}
-	b, _ := json.Marshal(rec)
-	recKey := forceRecordPrefix + fr.ID
-	hk := holdKey(fr.Key)
-	resp, err := c.admin.Txn(cctx).If(
-		clientv3.Compare(clientv3.ModRevision(hk), "=", fr.HoldRevision),
-		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(fr.Session)),
-		clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+fr.ID), "=", reqRev),
-	).Then(
-		clientv3.OpDelete(hk),
-		clientv3.OpDelete(forceRequestPrefix+fr.ID),
-		clientv3.OpPut(recKey, string(b), clientv3.WithLease(lease.ID)),
-	).Commit()
+	recKey, err := a.forceHold(cctx, c, rec, lease.ID, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(forceRequestPrefix+fr.ID), "=", reqRev)},
+		clientv3.OpDelete(forceRequestPrefix+fr.ID))
 	if err != nil {
+		if errors.Is(err, ErrHoldChanged) {
+			a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
+			return ForceApproval{ForceRelease: fr}, err
+		}
 		return ForceApproval{}, storeErr(ctx, err)
 	}
-	if !resp.Succeeded {
-		a.metrics.forceReleases.WithLabelValues(ns, "stale").Inc()
-		return ForceApproval{ForceRelease: fr}, ErrHoldChanged
-	}
-	// Tell the holder through its keepalive answers at once (every arbiter
-	// also learns it from the record).
-	a.removed.add(fr.Session, RemovedHold{Key: fr.Key, HoldRevision: fr.HoldRevision,
-		Requester: fr.Requester, Approver: who, Reason: fr.Reason}, time.Now())
 	if fr.RevokeSession {
 		if err := a.revokeHolder(ctx, c, rec); err != nil {
 			return ForceApproval{ForceRelease: fr, RecordKey: recKey}, fmt.Errorf("hold released and recorded, but revoking its session failed: %w", err)
@@ -235,6 +222,67 @@ func (a *Arbiter) ApproveForceRelease(ctx context.Context, caller identity.Calle
 		"enforcement", fr.Enforcement, "requester", fr.Requester, "approver", who, "reason", fr.Reason,
 		"revoke_session", fr.RevokeSession)
 	return ForceApproval{ForceRelease: fr, RecordKey: recKey}, nil
+}
+
+// forceHold is the transaction of a force-release: while the hold is the
+// one rec names (revision and session) and every cmp holds, it deletes the hold,
+// does ops and writes rec (on lease), in one transaction. The holder is then told through its
+// keepalive answers at once (every arbiter also learns it from the
+// record). ErrHoldChanged when a compare failed.
+func (a *Arbiter) forceHold(ctx context.Context, c *cell, rec forceRecord, lease clientv3.LeaseID, cmps []clientv3.Cmp, ops ...clientv3.Op) (string, error) {
+	b, _ := json.Marshal(rec)
+	recKey := forceRecordPrefix + rec.ID
+	hk := holdKey(rec.Key)
+	resp, err := c.admin.Txn(ctx).If(append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(hk), "=", rec.HoldRevision),
+		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(rec.Session)),
+	}, cmps...)...).Then(append(ops, clientv3.OpDelete(hk), clientv3.OpPut(recKey, string(b), clientv3.WithLease(lease)))...).Commit()
+	if err != nil {
+		return "", err
+	}
+	if !resp.Succeeded {
+		return "", ErrHoldChanged
+	}
+	a.removed.add(rec.Session, RemovedHold{Key: rec.Key, HoldRevision: rec.HoldRevision,
+		Requester: rec.Requester, Approver: rec.Approver, Reason: rec.Reason}, time.Now())
+	return recKey, nil
+}
+
+// endHoldForMove releases key's hold on shard by force for plan p, whose
+// drain reached its bound (shardmove.Controller.EndHold): recorded like an
+// approved force-release, requested and approved by the plan's operators.
+func (a *Arbiter) endHoldForMove(ctx context.Context, shard, key string, p *shardmove.Plan) error {
+	c, err := a.cellNamed(shard)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	resp, err := c.admin.Get(cctx, holdKey(key))
+	if err != nil || len(resp.Kvs) == 0 {
+		return err // gone meanwhile: nothing to end
+	}
+	kv := resp.Kvs[0]
+	h, err := decodeHold(kv)
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	rec := forceRecord{ForceRelease: ForceRelease{ID: newForceID(), Key: key, Holder: h.Identity, Session: kv.Lease, HoldRevision: kv.ModRevision,
+		HoldAcquired: time.Unix(0, h.AcquiredAt), Class: h.Class, Enforcement: a.enforcementOf(h.Class), Requester: p.Requester,
+		Reason:      fmt.Sprintf("shard move %s: the range's drain reached its bound (the longest class TTL, %s)", p.ID, shardmove.Bound(p.Live)),
+		RequestedAt: now, ExpiresAt: now}, Approver: p.Approver, ApprovedAt: now}
+	lease, err := c.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
+	if err != nil {
+		return err
+	}
+	if _, err := a.forceHold(cctx, c, rec, lease.ID, nil); err != nil {
+		return err
+	}
+	a.metrics.forceReleases.WithLabelValues(lockkey.Namespace(key), "moved").Inc()
+	a.log.Warn("force-release for a shard move", "id", rec.ID, "key", key, "holder", rec.Holder, "class", rec.Class,
+		"plan", p.ID, "requester", rec.Requester, "approver", rec.Approver, "reason", rec.Reason)
+	return nil
 }
 
 // revokeHolder revokes the session whose lease in cell c is rec.Session,

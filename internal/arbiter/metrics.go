@@ -123,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 			[]string{"namespace"}),
 		forceReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_force_releases_total",
-			Help: "Force-release steps by key namespace; code is requested, approved, denied, stale (the hold changed) or refused (same person)."},
+			Help: "Force-release steps by key namespace; code is requested, approved, denied, stale (the hold changed), refused (same person) or moved (ended at a shard move's drain bound)."},
 			[]string{"namespace", "code"}),
 		epochAdvances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_epoch_advances_total",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -55,6 +56,19 @@ func (a *Arbiter) mover() (*shardmove.Controller, error) {
 		shards[c.name] = c.cli
 	}
 	return &shardmove.Controller{Coord: a.home.cli, Shards: shards, First: a.shards[0].name, Now: a.now, TTL: a.ttlOf}, nil
+}
+
+// MoveController is the shard move controller lockd runs (nil when the
+// entity tier is not split): it campaigns as name, and ends the holds
+// left in a range whose drain reached its bound as force-releases by the
+// plan's operators.
+func (a *Arbiter) MoveController(name string, log *slog.Logger) *shardmove.Controller {
+	mv, err := a.mover()
+	if err != nil {
+		return nil
+	}
+	mv.Name, mv.Log, mv.EndHold = name, log, a.endHoldForMove
+	return mv
 }
 
 // ttlOf is the TTL of key's class (0 when no class owns it).

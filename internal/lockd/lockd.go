@@ -43,7 +43,6 @@ import (
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/server"
-	"github.com/lockd-dev/lockd/internal/shardmove"
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/internal/tracing"
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -775,19 +774,12 @@ func clusterName(name string, embedded bool) string {
 // entity tier is split across shards: every lockd of a coord cluster
 // campaigns, one carries out approved plans.
 func (d *Daemon) startMoves(name string, log *slog.Logger) {
-	names := d.arb.Shards()
-	if len(names) == 0 {
+	ctl := d.arb.MoveController(name, log)
+	if ctl == nil {
 		return
-	}
-	shards := map[string]*clientv3.Client{}
-	for _, nc := range d.clients() {
-		if slices.Contains(names, nc.name) {
-			shards[nc.name] = nc.client
-		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	ctl := &shardmove.Controller{Coord: d.backend.Client, Shards: shards, First: names[0], Name: name, Log: log}
 	go func() { defer close(done); ctl.Run(ctx) }()
 	d.stopMoves = func() { cancel(); <-done }
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -150,6 +152,11 @@ func ShardsOf(prev, next *Map) []string {
 
 // Publish writes version to on each named shard that serves from (a
 // shard already at to is left: a publish resumed after a crash). A shard
+// behind from (a shard new to the map, never written, or one restored
+// from a backup or rebuilt empty) goes straight to to, and the range-out
+// marks left in its store are deleted: while behind it refused every
+// fenced grant, so nothing was granted on it by any map it missed, and
+// marks written before it fell behind are not the current move's. A shard
 // named in epochAt is written only while its epoch record is still at the
 // mod revision given (ErrEpochChanged otherwise).
 func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string, from, to int64, epochAt map[string]int64) error {
@@ -166,33 +173,100 @@ func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string,
 	return nil
 }
 
-// publish moves shard name's version from `from` to `to`.
+// ErrShardChanged: a shard's version changed between the read and the
+// write of a publish or a repair. Try again.
+var ErrShardChanged = errors.New("shardmap: a shard's map version changed meanwhile")
+
+// publish moves shard name's version from `from` (or from behind it) to
+// `to`.
 func publish(ctx context.Context, kv clientv3.KV, name string, from, to, epochRev int64, guarded bool) error {
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)}
-	if from != 0 {
-		cmps[0] = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(from, 10))
+	cur, err := ReadShard(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", name, err)
 	}
+	switch {
+	case cur.Version == to:
+		return nil
+	case cur.Version > from:
+		return fmt.Errorf("%w: shard %s serves version %d; expected %d (the map's) or %d", ErrShardVersion, name, cur.Version, from, to)
+	}
+	var stale []string
+	if cur.Version < from {
+		stale = cur.Marks
+	}
+	var extra []clientv3.Cmp
 	if guarded {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keyspace.EpochKey), "=", epochRev))
+		extra = append(extra, clientv3.Compare(clientv3.ModRevision(keyspace.EpochKey), "=", epochRev))
 	}
-	resp, err := kv.Txn(ctx).If(cmps...).
-		Then(clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(to, 10))).
-		Else(clientv3.OpGet(keyspace.ShardVersionKey), clientv3.OpGet(keyspace.EpochKey, clientv3.WithKeysOnly())).Commit()
+	ok, err := cur.Set(ctx, kv, to, stale, nil, extra...)
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", name, err)
 	}
-	if resp.Succeeded {
+	if ok {
 		return nil
 	}
-	served, err := servedVersion(resp.Responses[0].GetResponseRange().GetKvs())
+	again, err := ReadShard(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", name, err)
 	}
-	if served == to {
+	if again.Version == to {
 		return nil
 	}
-	if served == from {
+	if guarded && again.rev == cur.rev {
 		return fmt.Errorf("%w: shard %s", ErrEpochChanged, name)
 	}
-	return fmt.Errorf("%w: shard %s serves version %d; expected %d (the map's) or %d", ErrShardVersion, name, served, from, to)
+	return fmt.Errorf("%w: shard %s", ErrShardChanged, name)
+}
+
+// ShardState is a shard's map version and range-out marks, as read.
+type ShardState struct {
+	// Version is the map version the shard serves (0: none written).
+	Version int64
+	// Marks are the ranges marked out on the shard.
+	Marks []string
+	rev   int64 // the version key's mod revision (0: absent)
+}
+
+// ReadShard reads a shard's version and marks.
+func ReadShard(ctx context.Context, kv clientv3.KV) (ShardState, error) {
+	resp, err := kv.Txn(ctx).Then(clientv3.OpGet(keyspace.ShardVersionKey),
+		clientv3.OpGet(keyspace.RangeOutPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return ShardState{}, err
+	}
+	ver := resp.Responses[0].GetResponseRange().GetKvs()
+	v, err := servedVersion(ver)
+	if err != nil {
+		return ShardState{}, err
+	}
+	st := ShardState{Version: v}
+	if len(ver) > 0 {
+		st.rev = ver[0].ModRevision
+	}
+	for _, m := range resp.Responses[1].GetResponseRange().GetKvs() {
+		st.Marks = append(st.Marks, strings.TrimPrefix(string(m.Key), keyspace.RangeOutPrefix))
+	}
+	return st, nil
+}
+
+// Set writes version on the shard read as s, deletes the marks of the
+// ranges in unmark and puts each mark in put (range: value), all while
+// the version is still as read and every extra compare holds. ok is false
+// when a compare failed.
+func (s ShardState) Set(ctx context.Context, kv clientv3.KV, version int64, unmark []string, put map[string]string, extra ...clientv3.Cmp) (ok bool, err error) {
+	cmp := clientv3.Compare(clientv3.ModRevision(keyspace.ShardVersionKey), "=", s.rev)
+	ops := []clientv3.Op{clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(version, 10))}
+	for _, rng := range unmark {
+		if _, keep := put[rng]; !keep {
+			ops = append(ops, clientv3.OpDelete(keyspace.RangeOutKey(rng)))
+		}
+	}
+	for _, rng := range slices.Sorted(maps.Keys(put)) {
+		ops = append(ops, clientv3.OpPut(keyspace.RangeOutKey(rng), put[rng]))
+	}
+	resp, err := kv.Txn(ctx).If(append([]clientv3.Cmp{cmp}, extra...)...).Then(ops...).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }

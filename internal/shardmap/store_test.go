@@ -164,4 +164,23 @@ func TestFlipPublishesOnEveryShardBeforeTheMap(t *testing.T) {
 			t.Fatalf("%s serves %v; want 2", name, resp.Kvs)
 		}
 	}
+
+	// Shard 2 behind (rebuilt: no version, a mark from another time): the
+	// next publish brings it straight to the new version and deletes the
+	// stale mark; shard 1, at the map's version, keeps its current mark.
+	if _, err := e2.Client.Delete(ctx, keyspace.ShardVersionKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.Client.Put(ctx, keyspace.RangeOutKey("payments/old/"), "draining"); err != nil {
+		t.Fatal(err)
+	}
+	if err := shardmap.Publish(ctx, clients, []string{"entity-1", "entity-2"}, 2, 3, nil); err != nil {
+		t.Fatalf("publish over a shard behind: %v", err)
+	}
+	for name, kv := range clients {
+		st, err := shardmap.ReadShard(ctx, kv)
+		if want := map[string]int{"entity-1": 1, "entity-2": 0}[name]; err != nil || st.Version != 3 || len(st.Marks) != want {
+			t.Fatalf("%s after the publish = %+v, %v; want version 3 with %d marks", name, st, err, want)
+		}
+	}
 }

@@ -36,8 +36,14 @@ type Controller struct {
 	Log         *slog.Logger
 	Now         func() time.Time
 	// TTL, when set, is the TTL of key's class (for a move's expected
-	// drain time).
+	// drain time, and its bound).
 	TTL func(key string) time.Duration
+	// EndHold, when set, releases key's hold on shard by force for plan p,
+	// whose drain has lasted its bound (the longest class TTL of its
+	// moving ranges): the holder is told, and the history records a
+	// force-release by the plan's two operators. Without it a drain
+	// waits for every holder to release.
+	EndHold func(ctx context.Context, shard, key string, p *Plan) error
 }
 
 func (c *Controller) defaults() {
@@ -109,14 +115,19 @@ func (c *Controller) Step(ctx context.Context, guard []clientv3.Cmp) (worked boo
 	if err != nil {
 		return false, err
 	}
-	i := slices.IndexFunc(plans, func(p *Plan) bool { return p.Active() })
-	if i < 0 {
-		return false, nil
+	var p *Plan
+	if i := slices.IndexFunc(plans, func(p *Plan) bool { return p.Active() }); i >= 0 {
+		p = plans[i]
 	}
-	p := plans[i]
 	prev, err := shardmap.Get(ctx, c.Coord)
 	if err != nil {
 		return false, err
+	}
+	if err := c.repair(ctx, prev, p); err != nil {
+		return false, err
+	}
+	if p == nil {
+		return false, nil
 	}
 	before := *p
 	switch p.State {
@@ -287,17 +298,62 @@ func (c *Controller) remaining(ctx context.Context, moves []Move) (int, error) {
 	return n, nil
 }
 
-// drain waits for the live ranges to empty.
+// drain waits for the live ranges to empty, ending what holds are left
+// by force once the drain has lasted its bound.
 func (c *Controller) drain(ctx context.Context, p *Plan) error {
 	n, err := c.remaining(ctx, p.Live)
 	if err != nil {
 		return err
+	}
+	if n > 0 && c.overdue(p.Live, p.DrainStarted) {
+		if n, err = c.endHolds(ctx, p, p.Live, func(m Move) string { return m.From }); err != nil {
+			return err
+		}
 	}
 	p.Remaining = n
 	if n == 0 {
 		p.State = StateFlipping
 	}
 	return nil
+}
+
+// Bound is how long the drain of moves may last before the holds left in
+// them are ended by force: the longest class TTL among them (0: none
+// known, no bound).
+func Bound(moves []Move) time.Duration {
+	var b time.Duration
+	for _, m := range moves {
+		b = max(b, m.TTL)
+	}
+	return b
+}
+
+// overdue reports whether moves, drained since since, are past their
+// bound and this controller may end their holds.
+func (c *Controller) overdue(moves []Move, since time.Time) bool {
+	b := Bound(moves)
+	return c.EndHold != nil && b > 0 && !since.IsZero() && c.Now().Sub(since) >= b
+}
+
+// endHolds ends by force every hold left in moves' ranges on the shard
+// shard(m) names, and counts what is left (waiters, and holds that
+// changed meanwhile, ended at the next look).
+func (c *Controller) endHolds(ctx context.Context, p *Plan, moves []Move, shard func(Move) string) (int, error) {
+	for _, m := range moves {
+		resp, err := c.Shards[shard(m)].Get(ctx, keyspace.HoldPrefix+m.Range, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return 0, err
+		}
+		for _, kv := range resp.Kvs {
+			key := strings.TrimPrefix(string(kv.Key), keyspace.HoldPrefix)
+			if err := c.EndHold(ctx, shard(m), key, p); err != nil {
+				c.Log.Warn("shard move: ending a hold past the drain's bound failed; trying again", "plan", p.ID, "shard", shard(m), "err", err)
+			} else {
+				c.Log.Warn("shard move: a hold was ended by force: the drain reached its bound", "plan", p.ID, "shard", shard(m), "range", m.Range, "bound", Bound(moves))
+			}
+		}
+	}
+	return c.remaining(ctx, moves)
 }
 
 // flip checks the epochs, publishes the new version on every shard,
@@ -321,8 +377,8 @@ func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) er
 		return err
 	}
 	if err := shardmap.Publish(ctx, kvs(c.Shards), names, p.From, p.To.Version, revs); err != nil {
-		if errors.Is(err, shardmap.ErrEpochChanged) {
-			return nil // an epoch moved since the check: check again
+		if errors.Is(err, shardmap.ErrEpochChanged) || errors.Is(err, shardmap.ErrShardChanged) {
+			return nil // an epoch or a shard moved since the check: check again
 		}
 		if errors.Is(err, shardmap.ErrShardVersion) {
 			return failf("%v", err)
@@ -344,7 +400,7 @@ func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) er
 	if _, err := shardmap.Put(ctx, c.Coord, prev, p.To); err != nil {
 		return err
 	}
-	p.State, p.Blocked = StateSettling, ""
+	p.State, p.Blocked, p.Flipped = StateSettling, "", c.Now()
 	return nil
 }
 
@@ -358,6 +414,11 @@ func (c *Controller) settle(ctx context.Context, p *Plan) error {
 	n, err := c.remaining(ctx, p.Stragglers)
 	if err != nil {
 		return err
+	}
+	if n > 0 && c.overdue(p.Stragglers, p.Flipped) {
+		if n, err = c.endHolds(ctx, p, p.Stragglers, func(m Move) string { return m.From }); err != nil {
+			return err
+		}
 	}
 	p.Remaining = n
 	if n > 0 {
@@ -418,4 +479,63 @@ func (c *Controller) epochCheck(ctx context.Context, old, to *shardmap.Map) (blo
 		}
 	}
 	return "", revs, nil
+}
+
+// repair brings every shard of the stored map that serves an older
+// version (restored from a backup, or rebuilt empty: a restore rewinds
+// the version key with everything else) forward to the map's version,
+// with the range-out marks the active plan p (nil: none) has on it now.
+// Until repaired such a shard refuses every fenced grant; its restored
+// holds are deleted by the epoch advance that unseals it, so bringing it
+// forward grants nothing twice.
+func (c *Controller) repair(ctx context.Context, prev shardmap.Stored, p *Plan) error {
+	v := prev.Version()
+	if v == 0 {
+		return nil
+	}
+	for _, s := range prev.Map.Shards {
+		kv, ok := c.Shards[s.Name]
+		if !ok {
+			continue // refused by routers() when a plan needs it
+		}
+		st, err := shardmap.ReadShard(ctx, kv)
+		if err != nil {
+			return fmt.Errorf("reading shard %s: %w", s.Name, err)
+		}
+		if st.Version >= v {
+			continue
+		}
+		want := marksOn(p, s.Name)
+		ok, err = st.Set(ctx, kv, v, st.Marks, want)
+		if err != nil {
+			return fmt.Errorf("repairing shard %s: %w", s.Name, err)
+		}
+		if ok {
+			c.Log.Warn("shard move: a shard served an older map version (restored or rebuilt); brought forward", "shard", s.Name, "served", st.Version, "version", v, "marks", len(want))
+		}
+	}
+	return nil
+}
+
+// marksOn are the range-out marks active plan p keeps on shard now.
+func marksOn(p *Plan, shard string) map[string]string {
+	out := map[string]string{}
+	if p == nil {
+		return out
+	}
+	switch p.State {
+	case StateDraining, StateFlipping:
+		for _, m := range p.Live {
+			if m.From == shard {
+				out[m.Range] = "draining " + p.ID
+			}
+		}
+	case StateSettling:
+		for _, m := range p.Stragglers {
+			if m.To == shard {
+				out[m.Range] = "arriving " + p.ID
+			}
+		}
+	}
+	return out
 }

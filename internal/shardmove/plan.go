@@ -102,8 +102,10 @@ type Plan struct {
 	Err      string    `json:"err,omitempty"`
 	Proposed time.Time `json:"proposed"`
 	Updated  time.Time `json:"updated"`
-	// DrainStarted is when the live ranges were marked out.
+	// DrainStarted is when the live ranges were marked out; Flipped when
+	// the map was flipped (the stragglers' drain began).
 	DrainStarted time.Time `json:"drainStarted,omitzero"`
+	Flipped      time.Time `json:"flipped,omitzero"`
 	// rev is the plan's mod revision when read.
 	rev int64
 }

@@ -334,3 +334,124 @@ func TestOperatorsMoveRangesThroughLockd(t *testing.T) {
 		t.Fatalf("status = %v; want map version 1 with e2 in it", st)
 	}
 }
+
+// TestShardsBehindTheMapAreBroughtForward: a shard that serves an older
+// map version than the coord cluster's refuses every fenced grant, so the
+// controller must bring it forward. Two ways a shard falls behind, on a
+// real lockd (its own elected controller) in front of a coord cluster and
+// shards e1 and e2: (1) a shard added to a map already written (it was
+// never published to: the plan once failed with "serves version 0"), and
+// (2) a shard whose store was rebuilt or restored from a backup, whose
+// version key is gone or older and which may carry range-out marks from
+// another time (the named stand-in: the version key deleted and a stale
+// mark put, which is what a rebuilt-then-marked or restored store holds).
+func TestShardsBehindTheMapAreBroughtForward(t *testing.T) {
+	_, coord, shards, c := startShards(t)
+	ctx, now := t.Context(), time.Now()
+	onFence := func(*client.Lock) {}
+	v1 := &shardmap.Map{Version: 1, Shards: []shardmap.Shard{{Name: "e1"}}}
+	if _, err := shardmap.Flip(ctx, coord, kvs(shards), shardmap.Stored{}, v1); err != nil {
+		t.Fatal(err)
+	}
+	v2 := &shardmap.Map{Version: 2, Shards: []shardmap.Shard{{Name: "e1"}, {Name: "e2"}}}
+	p, err := shardmove.Propose(ctx, coord, v2, lockdtest.Operator, "add e2 to a written map", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shardmove.Approve(ctx, coord, p.ID, lockdtest.Operator2, now); err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.WaitFor(t, 20*time.Second, "the plan adding e2 done", func() bool {
+		got, err := shardmove.Get(ctx, coord, p.ID)
+		if err == nil && got.State == shardmove.StateFailed {
+			t.Fatalf("the plan adding e2 to a written map failed: %s", got.Err)
+		}
+		return err == nil && got.State == shardmove.StateDone
+	})
+	k := keyMovingTo(t, v2, "e2")
+	var l *client.Lock
+	lockdtest.WaitFor(t, 10*time.Second, "a key homed to e2 granted", func() bool {
+		l, err = c.Acquire(ctx, k, "", onFence, client.Wait(time.Second))
+		return err == nil
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r, _ := shardmap.New(v2)
+	if _, err := shards["e2"].Delete(ctx, keyspace.ShardVersionKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shards["e2"].Put(ctx, keyspace.RangeOutKey(r.Range(k)), "draining an old plan"); err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.WaitFor(t, 10*time.Second, "e2 brought forward to version 2, its stale mark gone", func() bool {
+		st, err := shardmap.ReadShard(ctx, shards["e2"])
+		return err == nil && st.Version == 2 && len(st.Marks) == 0
+	})
+	if l, err = c.Acquire(ctx, k, "", onFence, client.Wait(5*time.Second)); err != nil {
+		t.Fatalf("a key homed to e2 after e2 was brought forward: %v", err)
+	}
+	if resp, err := shards["e2"].Get(ctx, keyspace.HoldKey(k)); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the hold on e2 = %v, %v; want it there", resp.Kvs, err)
+	}
+}
+
+// TestADrainEndsTheHoldsLeftAtItsBound: a range being moved waits for its
+// holders at most its longest class TTL (t/fast: 5s); a holder that keeps
+// its session alive and never releases then loses the hold by force,
+// recorded under the plan's two operators and told to the holder
+// (client.ForcedError naming them), and the move completes: the key is
+// granted on its new shard with a higher token.
+func TestADrainEndsTheHoldsLeftAtItsBound(t *testing.T) {
+	_, coord, shards, c := startShards(t)
+	ctx, now := t.Context(), time.Now()
+	const key = "t/fast/k"
+	held, err := c.Acquire(ctx, key, "", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := &shardmap.Map{Version: 1, Shards: []shardmap.Shard{{Name: "e1"}, {Name: "e2"}}, Overrides: []shardmap.Override{{Prefix: "t/fast/", Shard: "e2"}}}
+	p, err := shardmove.Propose(ctx, coord, to, lockdtest.Operator, "pin t/fast/ to e2", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shardmove.Approve(ctx, coord, p.ID, lockdtest.Operator2, now); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the holder was not told its hold ended within 20s of a drain bounded at 5s")
+	}
+	var forced *client.ForcedError
+	if !errors.As(held.Err(), &forced) || forced.Requester != lockdtest.Operator || forced.Approver != lockdtest.Operator2 || !strings.Contains(forced.Reason, p.ID) {
+		t.Fatalf("the holder's lock ended with %v; want a force-release by the plan's operators naming plan %s", held.Err(), p.ID)
+	}
+	lockdtest.WaitFor(t, 20*time.Second, "the plan done", func() bool {
+		got, err := shardmove.Get(ctx, coord, p.ID)
+		return err == nil && got.State == shardmove.StateDone
+	})
+	got, _ := shardmove.Get(ctx, coord, p.ID)
+	if took := got.Flipped.Sub(got.DrainStarted); took < 5*time.Second || took > 10*time.Second {
+		t.Fatalf("the drain lasted %s; want its bound (5s) plus at most a few polls", took)
+	}
+	after, err := c.Acquire(ctx, key, "", func(*client.Lock) {}, client.Wait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Token() <= held.Token() {
+		t.Fatalf("token after the move %d is not above the one before %d", after.Token(), held.Token())
+	}
+	if resp, err := shards["e2"].Get(ctx, keyspace.HoldKey(key)); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the moved key's hold on e2 = %v, %v; want it there", resp.Kvs, err)
+	}
+}
+
+func kvs(m map[string]*clientv3.Client) map[string]clientv3.KV {
+	out := map[string]clientv3.KV{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
