@@ -270,7 +270,7 @@ func (a *Arbiter) endHoldForMove(ctx context.Context, shard, key string, p *shar
 	now := a.now()
 	rec := forceRecord{ForceRelease: ForceRelease{ID: newForceID(), Key: key, Holder: h.Identity, Session: kv.Lease, HoldRevision: kv.ModRevision,
 		HoldAcquired: time.Unix(0, h.AcquiredAt), Class: h.Class, Enforcement: a.enforcementOf(h.Class), Requester: p.Requester,
-		Reason:      fmt.Sprintf("shard move %s: the range's drain reached its bound (the longest class TTL, %s)", p.ID, shardmove.Bound(p.Live)),
+		Reason:      fmt.Sprintf("shard move %s: the range's drain reached its bound (the longest class TTL, %s)", p.ID, max(shardmove.Bound(p.Live), shardmove.Bound(p.Stragglers))),
 		RequestedAt: now, ExpiresAt: now}, Approver: p.Approver, ApprovedAt: now}
 	lease, err := c.cli.Grant(cctx, int64(ForceRecordTTL/time.Second))
 	if err != nil {

@@ -58,6 +58,10 @@ const (
 	// grant on a shard compares it with the version the arbiter routed by,
 	// so an arbiter whose map is behind never grants there.
 	ShardVersionKey = "/sys/shardmap-version"
+	// ShardMapCopyKey, on each entity shard, is a copy of the map whose
+	// version the shard serves: a coord cluster restored or rebuilt gets
+	// its map back from it.
+	ShardMapCopyKey = "/sys/shardmap-copy"
 	// RangeOutPrefix + range (a key prefix ending in "/"), on an entity
 	// shard, marks a range being moved away: no grant and no new waiter for
 	// a key in it is made on the shard while it exists.

@@ -2,6 +2,7 @@ package shardmap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -120,7 +121,7 @@ func Flip(ctx context.Context, coord clientv3.KV, shards map[string]clientv3.KV,
 	if err := next.Validate(); err != nil {
 		return Stored{}, err
 	}
-	if err := Publish(ctx, shards, ShardsOf(prev.Map, next), prev.Version(), next.Version, nil); err != nil {
+	if err := Publish(ctx, shards, ShardsOf(prev.Map, next), prev.Version(), next, nil); err != nil {
 		return Stored{}, err
 	}
 	return Put(ctx, coord, prev, next)
@@ -150,7 +151,8 @@ func ShardsOf(prev, next *Map) []string {
 	return names
 }
 
-// Publish writes version to on each named shard that serves from (a
+// Publish writes map to (its version, and a copy of it) on each named
+// shard that serves version from (a
 // shard already at to is left: a publish resumed after a crash). A shard
 // behind from (a shard new to the map, never written, or one restored
 // from a backup or rebuilt empty) goes straight to to, and the range-out
@@ -159,7 +161,7 @@ func ShardsOf(prev, next *Map) []string {
 // marks written before it fell behind are not the current move's. A shard
 // named in epochAt is written only while its epoch record is still at the
 // mod revision given (ErrEpochChanged otherwise).
-func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string, from, to int64, epochAt map[string]int64) error {
+func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string, from int64, to *Map, epochAt map[string]int64) error {
 	for _, name := range names {
 		kv, ok := shards[name]
 		if !ok {
@@ -178,8 +180,9 @@ func Publish(ctx context.Context, shards map[string]clientv3.KV, names []string,
 var ErrShardChanged = errors.New("shardmap: a shard's map version changed meanwhile")
 
 // publish moves shard name's version from `from` (or from behind it) to
-// `to`.
-func publish(ctx context.Context, kv clientv3.KV, name string, from, to, epochRev int64, guarded bool) error {
+// map to's.
+func publish(ctx context.Context, kv clientv3.KV, name string, from int64, m *Map, epochRev int64, guarded bool) error {
+	to := m.Version
 	cur, err := ReadShard(ctx, kv)
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", name, err)
@@ -198,7 +201,7 @@ func publish(ctx context.Context, kv clientv3.KV, name string, from, to, epochRe
 	if guarded {
 		extra = append(extra, clientv3.Compare(clientv3.ModRevision(keyspace.EpochKey), "=", epochRev))
 	}
-	ok, err := cur.Set(ctx, kv, to, stale, nil, extra...)
+	ok, err := cur.Set(ctx, kv, m, stale, nil, extra...)
 	if err != nil {
 		return fmt.Errorf("shard %s: %w", name, err)
 	}
@@ -220,8 +223,10 @@ func publish(ctx context.Context, kv clientv3.KV, name string, from, to, epochRe
 
 // ShardState is a shard's map version and range-out marks, as read.
 type ShardState struct {
-	// Version is the map version the shard serves (0: none written).
+	// Version is the map version the shard serves (0: none written);
+	// Copy the copy of that map it keeps (nil: none).
 	Version int64
+	Copy    *Map
 	// Marks are the ranges marked out on the shard.
 	Marks []string
 	rev   int64 // the version key's mod revision (0: absent)
@@ -230,7 +235,8 @@ type ShardState struct {
 // ReadShard reads a shard's version and marks.
 func ReadShard(ctx context.Context, kv clientv3.KV) (ShardState, error) {
 	resp, err := kv.Txn(ctx).Then(clientv3.OpGet(keyspace.ShardVersionKey),
-		clientv3.OpGet(keyspace.RangeOutPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
+		clientv3.OpGet(keyspace.RangeOutPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(keyspace.ShardMapCopyKey)).Commit()
 	if err != nil {
 		return ShardState{}, err
 	}
@@ -246,16 +252,28 @@ func ReadShard(ctx context.Context, kv clientv3.KV) (ShardState, error) {
 	for _, m := range resp.Responses[1].GetResponseRange().GetKvs() {
 		st.Marks = append(st.Marks, strings.TrimPrefix(string(m.Key), keyspace.RangeOutPrefix))
 	}
+	if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		// A copy that cannot be read is no copy: the coord cluster's map
+		// is not restored from it.
+		if m, err := Decode(kvs[0].Value); err == nil && m.Version == st.Version {
+			st.Copy = m
+		}
+	}
 	return st, nil
 }
 
-// Set writes version on the shard read as s, deletes the marks of the
+// Set writes map m (its version and a copy) on the shard read as s,
+// deletes the marks of the
 // ranges in unmark and puts each mark in put (range: value), all while
 // the version is still as read and every extra compare holds. ok is false
 // when a compare failed.
-func (s ShardState) Set(ctx context.Context, kv clientv3.KV, version int64, unmark []string, put map[string]string, extra ...clientv3.Cmp) (ok bool, err error) {
+func (s ShardState) Set(ctx context.Context, kv clientv3.KV, m *Map, unmark []string, put map[string]string, extra ...clientv3.Cmp) (ok bool, err error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	cmp := clientv3.Compare(clientv3.ModRevision(keyspace.ShardVersionKey), "=", s.rev)
-	ops := []clientv3.Op{clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(version, 10))}
+	ops := []clientv3.Op{clientv3.OpPut(keyspace.ShardVersionKey, strconv.FormatInt(m.Version, 10)), clientv3.OpPut(keyspace.ShardMapCopyKey, string(b))}
 	for _, rng := range unmark {
 		if _, keep := put[rng]; !keep {
 			ops = append(ops, clientv3.OpDelete(keyspace.RangeOutKey(rng)))

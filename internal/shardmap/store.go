@@ -64,6 +64,21 @@ func Put(ctx context.Context, kv clientv3.KV, prev Stored, m *Map) (Stored, erro
 	if m.Version != want {
 		return Stored{}, fmt.Errorf("%w: version: must be %d (the stored map's plus one), got %d", ErrInvalid, want, m.Version)
 	}
+	return put(ctx, kv, prev, m)
+}
+
+// Restore puts m back in place of prev on a coord cluster that lost it
+// (restored from a backup, or rebuilt empty): m is the copy a shard keeps
+// of the map it serves, and its version must be above prev's. It is
+// ErrConflict when the stored map is no longer prev.
+func Restore(ctx context.Context, kv clientv3.KV, prev Stored, m *Map) (Stored, error) {
+	if m.Version <= prev.Version() {
+		return Stored{}, fmt.Errorf("%w: version: a restored map must be above the stored one's %d, got %d", ErrInvalid, prev.Version(), m.Version)
+	}
+	return put(ctx, kv, prev, m)
+}
+
+func put(ctx context.Context, kv clientv3.KV, prev Stored, m *Map) (Stored, error) {
 	if err := m.Validate(); err != nil {
 		return Stored{}, err
 	}

@@ -174,13 +174,16 @@ func TestFlipPublishesOnEveryShardBeforeTheMap(t *testing.T) {
 	if _, err := e2.Client.Put(ctx, keyspace.RangeOutKey("payments/old/"), "draining"); err != nil {
 		t.Fatal(err)
 	}
-	if err := shardmap.Publish(ctx, clients, []string{"entity-1", "entity-2"}, 2, 3, nil); err != nil {
+	if err := shardmap.Publish(ctx, clients, []string{"entity-1", "entity-2"}, 2, &shardmap.Map{Version: 3, Shards: shards(2)}, nil); err != nil {
 		t.Fatalf("publish over a shard behind: %v", err)
 	}
 	for name, kv := range clients {
 		st, err := shardmap.ReadShard(ctx, kv)
 		if want := map[string]int{"entity-1": 1, "entity-2": 0}[name]; err != nil || st.Version != 3 || len(st.Marks) != want {
 			t.Fatalf("%s after the publish = %+v, %v; want version 3 with %d marks", name, st, err, want)
+		}
+		if st.Copy == nil || st.Copy.Version != 3 || len(st.Copy.Shards) != 2 {
+			t.Fatalf("%s keeps a copy %+v; want the map of version 3", name, st.Copy)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func (c *Controller) Step(ctx context.Context, guard []clientv3.Cmp) (worked boo
 	if err != nil {
 		return false, err
 	}
-	if err := c.repair(ctx, prev, p); err != nil {
+	if prev, err = c.repair(ctx, prev, p); err != nil {
 		return false, err
 	}
 	if p == nil {
@@ -376,7 +376,7 @@ func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) er
 		p.Blocked = blocked
 		return err
 	}
-	if err := shardmap.Publish(ctx, kvs(c.Shards), names, p.From, p.To.Version, revs); err != nil {
+	if err := shardmap.Publish(ctx, kvs(c.Shards), names, p.From, p.To, revs); err != nil {
 		if errors.Is(err, shardmap.ErrEpochChanged) || errors.Is(err, shardmap.ErrShardChanged) {
 			return nil // an epoch or a shard moved since the check: check again
 		}
@@ -386,8 +386,9 @@ func (c *Controller) flip(ctx context.Context, p *Plan, prev shardmap.Stored) er
 		return err
 	}
 	// No shard grants by the old map from here on: a moving range still
-	// live on its old shard was granted there after the drain began.
-	stragglers, err := c.liveMoves(ctx, old, rn, p.Live)
+	// live on its old shard was granted there after the drain began (a
+	// drained range too, should its mark have been lost with a restore).
+	stragglers, err := c.liveMoves(ctx, old, rn, nil)
 	if err != nil {
 		return err
 	}
@@ -481,40 +482,67 @@ func (c *Controller) epochCheck(ctx context.Context, old, to *shardmap.Map) (blo
 	return "", revs, nil
 }
 
-// repair brings every shard of the stored map that serves an older
-// version (restored from a backup, or rebuilt empty: a restore rewinds
-// the version key with everything else) forward to the map's version,
-// with the range-out marks the active plan p (nil: none) has on it now.
-// Until repaired such a shard refuses every fenced grant; its restored
-// holds are deleted by the epoch advance that unseals it, so bringing it
-// forward grants nothing twice.
-func (c *Controller) repair(ctx context.Context, prev shardmap.Stored, p *Plan) error {
-	v := prev.Version()
-	if v == 0 {
-		return nil
-	}
-	for _, s := range prev.Map.Shards {
-		kv, ok := c.Shards[s.Name]
-		if !ok {
-			continue // refused by routers() when a plan needs it
-		}
+// repair puts the stored map and the shards back in step after a cluster
+// was restored from a backup or rebuilt empty (a restore rewinds the map,
+// its version and the marks with everything else), and returns the
+// stored map:
+//
+//   - a coord cluster whose map is behind the copy a shard keeps of the
+//     map it serves gets that copy back (only while no plan is active:
+//     a plan's own flip puts the map);
+//   - a shard of the map that serves an older version is brought forward
+//     to the map's, with the range-out marks the active plan p (nil:
+//     none) has on it now. Until then it refuses every fenced grant; its
+//     restored holds are deleted by the epoch advance that unseals it, so
+//     bringing it forward grants nothing twice;
+//   - with no plan active, a range-out mark left on any shard is from a
+//     plan the coord cluster lost, and is deleted.
+func (c *Controller) repair(ctx context.Context, prev shardmap.Stored, p *Plan) (shardmap.Stored, error) {
+	states := map[string]shardmap.ShardState{}
+	var newest *shardmap.Map
+	for name, kv := range c.Shards {
 		st, err := shardmap.ReadShard(ctx, kv)
 		if err != nil {
-			return fmt.Errorf("reading shard %s: %w", s.Name, err)
+			return prev, fmt.Errorf("reading shard %s: %w", name, err)
 		}
-		if st.Version >= v {
-			continue
-		}
-		want := marksOn(p, s.Name)
-		ok, err = st.Set(ctx, kv, v, st.Marks, want)
-		if err != nil {
-			return fmt.Errorf("repairing shard %s: %w", s.Name, err)
-		}
-		if ok {
-			c.Log.Warn("shard move: a shard served an older map version (restored or rebuilt); brought forward", "shard", s.Name, "served", st.Version, "version", v, "marks", len(want))
+		states[name] = st
+		if st.Copy != nil && (newest == nil || st.Copy.Version > newest.Version) {
+			newest = st.Copy
 		}
 	}
-	return nil
+	if p == nil && newest != nil && newest.Version > prev.Version() {
+		restored, err := shardmap.Restore(ctx, c.Coord, prev, newest)
+		if err != nil {
+			return prev, fmt.Errorf("restoring the coord cluster's shard map: %w", err)
+		}
+		c.Log.Warn("shard move: the coord cluster's shard map was behind its shards' (restored or rebuilt); put back from their copy", "was", prev.Version(), "version", newest.Version)
+		prev = restored
+	}
+	if prev.Version() == 0 {
+		return prev, nil
+	}
+	for name, st := range states {
+		in := slices.ContainsFunc(prev.Map.Shards, func(s shardmap.Shard) bool { return s.Name == name })
+		switch {
+		case in && st.Version < prev.Version():
+			want := marksOn(p, name)
+			ok, err := st.Set(ctx, c.Shards[name], prev.Map, st.Marks, want)
+			if err != nil {
+				return prev, fmt.Errorf("repairing shard %s: %w", name, err)
+			}
+			if ok {
+				c.Log.Warn("shard move: a shard served an older map version (restored or rebuilt); brought forward", "shard", name, "served", st.Version, "version", prev.Version(), "marks", len(want))
+			}
+		case p == nil && len(st.Marks) > 0:
+			for _, rng := range st.Marks {
+				if _, err := c.Shards[name].Delete(ctx, keyspace.RangeOutKey(rng)); err != nil {
+					return prev, fmt.Errorf("clearing marks on shard %s: %w", name, err)
+				}
+			}
+			c.Log.Warn("shard move: range-out marks of no active plan deleted (the coord cluster lost the plan)", "shard", name, "marks", len(st.Marks))
+		}
+	}
+	return prev, nil
 }
 
 // marksOn are the range-out marks active plan p keeps on shard now.

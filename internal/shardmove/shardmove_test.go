@@ -395,6 +395,30 @@ func TestShardsBehindTheMapAreBroughtForward(t *testing.T) {
 	if resp, err := shards["e2"].Get(ctx, keyspace.HoldKey(k)); err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the hold on e2 = %v, %v; want it there", resp.Kvs, err)
 	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// (3) The coord cluster rebuilt empty (the stand-in: its map and plans
+	// deleted), with a drain mark of the lost plan left on e1: the map is
+	// put back from the shards' copy and the orphaned mark deleted.
+	if _, err := coord.Delete(ctx, keyspace.ShardMapKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.Delete(ctx, shardmove.PlanPrefix, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shards["e1"].Put(ctx, keyspace.RangeOutKey("t/lost/"), "draining a lost plan"); err != nil {
+		t.Fatal(err)
+	}
+	lockdtest.WaitFor(t, 10*time.Second, "the coord map restored from the shards' copy, the orphaned mark gone", func() bool {
+		cur, err := shardmap.Get(ctx, coord)
+		st, rerr := shardmap.ReadShard(ctx, shards["e1"])
+		return err == nil && rerr == nil && cur.Version() == 2 && len(cur.Map.Shards) == 2 && len(st.Marks) == 0
+	})
+	if _, err := c.Acquire(ctx, "t/lost/k", "", onFence, client.Wait(5*time.Second)); err != nil {
+		t.Fatalf("a key of the orphaned mark's range: %v", err)
+	}
 }
 
 // TestADrainEndsTheHoldsLeftAtItsBound: a range being moved waits for its
