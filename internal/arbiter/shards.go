@@ -223,6 +223,7 @@ func (a *Arbiter) watchShardMap(ctx context.Context, rev int64) {
 			if wr.Err() != nil {
 				break
 			}
+			stallMapWatch(ctx)
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypePut {
 					a.applyShardMap(ev.Kv.Value, ev.Kv.ModRevision)
