@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/internal/audit"
 )
@@ -53,7 +54,7 @@ const lossWindow int64 = 5e9
 // Run checks rows against the operations the workers and the gate recorded.
 // clusterOf names the etcd cluster serving a key (nil: one serves them
 // all): a restore or a rebuild of one cluster loses only its keys' rows.
-func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf func(key string) string) Result {
+func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf check.ClusterOf) Result {
 	res := Result{Rows: len(rows), ByKind: map[string]int{}}
 	started := map[uint64][]audit.Event{} // token -> rows that started it
 	ended := map[uint64][]audit.Event{}   // token -> rows that ended it
@@ -96,7 +97,7 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 			if f.Err != "" || (f.Kind != "restore" && f.Kind != "store-rebuild") || op.Call > f.End {
 				continue
 			}
-			if f.Cluster != "" && clusterOf != nil && clusterOf(op.Key) != f.Cluster {
+			if f.Cluster != "" && clusterOf != nil && clusterOf(op.Key, op.Token) != f.Cluster {
 				continue // another cluster's store
 			}
 			// The gate lets the history catch up before it destroys the

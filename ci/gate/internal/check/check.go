@@ -82,8 +82,8 @@ type Options struct {
 	OpenTTL time.Duration
 	// ClusterOf names the etcd cluster serving a key, in a run on more than
 	// one: a quorum loss of one cluster holds only its keys' grants. Nil:
-	// one cluster serves every key.
-	ClusterOf func(key string) string
+	// one cluster serves every key. See ClusterOf.
+	ClusterOf ClusterOf
 }
 
 // Grant identifies one granted acquire.

@@ -188,7 +188,7 @@ func checkQuorumLoss(ops []history.Op, opt Options) QuorumResult {
 			// the coord cluster's: a session that exists may be granted a
 			// key on the entity cluster, in a transaction there; its client
 			// ends it at the session's deadline.)
-			if f.Cluster != "" && opt.ClusterOf != nil && opt.ClusterOf(op.Key) != f.Cluster {
+			if f.Cluster != "" && opt.ClusterOf != nil && opt.ClusterOf(op.Key, op.Token) != f.Cluster {
 				continue // another cluster's outage: this key's cluster had quorum
 			}
 			if op.Call >= f.Start && op.Return != 0 && op.Return <= f.End {

@@ -200,7 +200,7 @@ func TestAcquireNamingAnotherClassIsRefused(t *testing.T) {
 // one's outage; a closed key of the failed cluster may not.
 func TestQuorumLossOfOneClusterHoldsOnlyItsKeys(t *testing.T) {
 	outage := history.Fault{Kind: KindQuorumLoss, Cluster: "entity", Start: 100e9, End: 110e9}
-	clusterOf := func(key string) string {
+	clusterOf := func(key string, _ uint64) string {
 		if strings.HasPrefix(key, "gate/d/") {
 			return "coord"
 		}

@@ -25,7 +25,7 @@ type RevokeResult struct {
 // of one of its Others that found the hold still there (outcome ok) though
 // it was called after the approval returned. clusterOf may be nil (one
 // cluster).
-func checkRevokes(ops []history.Op, clusterOf func(string) string) RevokeResult {
+func checkRevokes(ops []history.Op, clusterOf ClusterOf) RevokeResult {
 	var res RevokeResult
 	released := map[uint64][]history.Op{} // by token: releases that found the hold
 	for _, op := range ops {
@@ -40,7 +40,7 @@ func checkRevokes(ops []history.Op, clusterOf func(string) string) RevokeResult 
 		res.Revokes++
 		for _, o := range f.Others {
 			res.Others++
-			if clusterOf != nil && clusterOf(o.Key) != clusterOf(f.Key) {
+			if clusterOf != nil && clusterOf(o.Key, o.Token) != clusterOf(f.Key, f.Token) {
 				res.OtherCluster++
 			}
 			for _, r := range released[o.Token] {

@@ -9,11 +9,17 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 )
 
+// ClusterOf names the etcd cluster that granted token for key (token 0:
+// the cluster key is served by). Keys of the entity tier move between
+// shards, so their cluster is their token's: epochs are never shared by
+// clusters.
+type ClusterOf func(key string, token uint64) string
+
 // SplitOptions configure the checks of a run whose keys are spread over
 // more than one etcd cluster (a coord cluster and an entity cluster).
 type SplitOptions struct {
 	// ClusterOf names the cluster that serves key.
-	ClusterOf func(key string) string
+	ClusterOf ClusterOf
 	// Coord names the coord cluster: it keeps the sessions, so a fault
 	// of any other cluster must not end a hold there.
 	Coord string
@@ -86,7 +92,7 @@ func Split(ops []history.Op, faults []history.Fault, opt SplitOptions) SplitResu
 		from, to := w.Start, max(w.End, w.GrantsClosedUntil)
 		res.BlastSeconds += time.Duration(to - from).Seconds()
 		for _, op := range ops {
-			if op.Call < from || op.Call > to || opt.ClusterOf(op.Key) != opt.Coord {
+			if op.Call < from || op.Call > to || opt.ClusterOf(op.Key, op.Token) != opt.Coord {
 				continue
 			}
 			switch {
@@ -102,7 +108,7 @@ func Split(ops []history.Op, faults []history.Fault, opt SplitOptions) SplitResu
 	elsewhere := 0
 	for _, op := range ops {
 		inside := slices.ContainsFunc(windows, func(w history.Fault) bool { return op.Call >= w.Start && op.Call <= max(w.End, w.GrantsClosedUntil) })
-		if !inside && op.Call >= opt.Start && op.Call <= opt.End && op.Kind == history.Acquire && op.Outcome == history.Ok && opt.ClusterOf(op.Key) == opt.Coord {
+		if !inside && op.Call >= opt.Start && op.Call <= opt.End && op.Kind == history.Acquire && op.Outcome == history.Ok && opt.ClusterOf(op.Key, op.Token) == opt.Coord {
 			elsewhere++
 		}
 	}
@@ -137,7 +143,7 @@ func (res *SplitResult) checkEpochs(ops []history.Op, faults []history.Fault, op
 		if op.Kind != history.Acquire || op.Outcome != history.Ok || op.Token == 0 {
 			continue
 		}
-		c := opt.ClusterOf(op.Key)
+		c := opt.ClusterOf(op.Key, op.Token)
 		add(c, uint32(op.Token>>48))
 		if other, ok := tokens[op.Token]; ok && other != c {
 			res.Details = append(res.Details, fmt.Sprintf("token %s was granted on cluster %s and on cluster %s", FormatToken(op.Token), other, c))
@@ -195,7 +201,7 @@ func (res *SplitResult) straddles(ops []history.Op, w history.Fault, opt SplitOp
 	for worker, hs := range held {
 		var coord, failed []hold
 		for h := range hs {
-			switch opt.ClusterOf(h.key) {
+			switch opt.ClusterOf(h.key, h.token) {
 			case opt.Coord:
 				coord = append(coord, h)
 			case w.Cluster:

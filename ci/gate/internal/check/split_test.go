@@ -7,7 +7,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 )
 
-func splitClusterOf(key string) string {
+func splitClusterOf(key string, _ uint64) string {
 	if strings.HasPrefix(key, "gate/d/") {
 		return "coord"
 	}

@@ -45,14 +45,15 @@ const (
 )
 
 // Kinds lists every fault kind, in the order "all" means.
-var Kinds = []string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
+var Kinds = append([]string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
 	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
-	KindClassReload, KindTailerKill, KindReentrant, KindQuorumLoss}
+	KindClassReload, KindTailerKill, KindReentrant, KindQuorumLoss}, MoveKinds...)
 
 // All is what --faults all means: every kind but quorum-loss, which needs
-// the open keys (--open-keys) and runs on its own.
+// the open keys (--open-keys) and runs on its own, and but the move
+// kinds, which need a split run (main adds them there).
 func All() []string {
-	return slices.DeleteFunc(slices.Clone(Kinds), func(k string) bool { return k == KindQuorumLoss })
+	return slices.DeleteFunc(slices.Clone(Kinds), func(k string) bool { return k == KindQuorumLoss || isMove(k) })
 }
 
 // scheduled reports whether the schedule injects kind (rather than the
@@ -173,6 +174,10 @@ func (r *run) needs(kind string) time.Duration {
 		return 7 * time.Second
 	case KindQuorumLoss:
 		return r.outage() + outageJitter + 6*time.Second // and the restart
+	case KindShardMove, KindMapStall, KindControllerKill:
+		return 25 * time.Second
+	case KindDrainQuorumLoss:
+		return r.outage() + outageJitter + 20*time.Second
 	default:
 		return 5 * time.Second
 	}
@@ -260,6 +265,8 @@ func (r *run) fault(ctx context.Context, kind string) error {
 		err = r.classReload(ctx, &f)
 	case KindQuorumLoss:
 		err = r.quorumLoss(&f, c)
+	case KindShardMove, KindControllerKill, KindMapStall, KindDrainQuorumLoss:
+		err = r.move(ctx, &f, kind)
 	default:
 		return fmt.Errorf("%w: unknown fault kind %q", ErrUsage, kind)
 	}
@@ -353,6 +360,7 @@ func (r *run) nextAnnouncer(ctx context.Context, d time.Duration) (*proc.Proc, e
 // with a new cluster token, and has an operator advance the epoch. Until
 // the advance the arbiters must refuse every grant.
 func (r *run) restore(ctx context.Context, f *history.Fault, c *etcdCluster) error {
+	r.readMoveForces(ctx) // before the store's life ends
 	snap := filepath.Join(r.dir, "etcd", "snapshot-"+cmp.Or(c.name, "main")+".db")
 	if err := c.Snapshot(ctx, snap); err != nil {
 		return err
@@ -450,6 +458,7 @@ func (r *run) storeRebuild(ctx context.Context, f *history.Fault, c *etcdCluster
 		return fmt.Errorf("epoch status before the rebuild: %w", err)
 	}
 	highest := next - 1
+	r.readMoveForces(ctx) // before the store's life ends
 	f.HistoryBehind = !r.historyCaughtUp(ctx, 15*time.Second, c)
 	if c == r.lineCluster() {
 		r.readLine(ctx) // the store's life ends here

@@ -81,6 +81,13 @@ type Options struct {
 	// class, whose keys are the coord tier's, and an entity cluster serving
 	// the others) or 1 (one cluster serving both tiers).
 	Clusters int
+	// Shards is how many clusters serve the entity tier in a split run: 1,
+	// or 3 (the entity cluster and shard-2 in the first map, shard-3 added
+	// by the first move; the move faults need them).
+	Shards int
+	// BrokenShard builds lockd granting on an entity shard without the
+	// shard map fence (control for the map-stall fault).
+	BrokenShard bool
 	// OpenKeys are more keys, gate/o/<i>, taken under OpenClassName. The
 	// quorum-loss fault checks what they are granted without quorum. The
 	// open class's 30 s TTL lengthens every epoch advance's grace, so a
@@ -142,10 +149,12 @@ type Summary struct {
 	// Line is the durable-line check on etcd's own history.
 	Line LineResult `json:"line"`
 	// Split is the check of the tiers split over two clusters.
-	Split     *check.SplitResult `json:"split,omitempty"`
-	Artifacts string             `json:"artifacts"`
-	Passed    bool               `json:"passed"`
-	Reason    string             `json:"reason,omitempty"`
+	Split *check.SplitResult `json:"split,omitempty"`
+	// Moves is the check of the moves between entity shards.
+	Moves     *MoveResult `json:"moves,omitempty"`
+	Artifacts string      `json:"artifacts"`
+	Passed    bool        `json:"passed"`
+	Reason    string      `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -182,6 +191,17 @@ type run struct {
 	lineErrs []string
 
 	start, end int64 // the faulted run's window, on history.Now's clock
+	// wallOffset is wall time less history.Now's clock, for times lockd
+	// writes (plans, force records).
+	wallOffset int64
+
+	// Moves of entity ranges: the shard the workers' range is homed to,
+	// whether shard-3 was added, each move, and the holds the move
+	// controller ended at a drain's bound.
+	home   string
+	added  bool
+	moves  []Move
+	forced []moveForce
 
 	mu       sync.Mutex
 	faults   []history.Fault
@@ -206,8 +226,13 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	s.Artifacts = r.dir
 	r.logf("gate: running %s with faults %s (seed %d)", o.Duration, strings.Join(o.Faults, ","), o.Seed)
 	r.start = history.Now()
+	r.wallOffset = time.Now().UnixNano() - r.start
 	r.inject(ctx)
 	r.end = history.Now()
+	if r.sharded() {
+		s.Moves = &MoveResult{}
+		r.finishMoves(ctx, s.Moves)
+	}
 	r.teardown()
 	for _, f := range r.faults {
 		if f.Err != "" {
@@ -262,18 +287,22 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 
 	// lockd, built from this tree (with the broken grant when asked).
 	lockd := filepath.Join(r.dir, "bin", "lockd")
-	args := []string{"build", "-o", lockd}
+	// Always with the gate's failpoints (a stalled map watch); a control
+	// adds the tag of its broken build.
+	tags := "gate_failpoints"
 	switch {
 	case o.Broken:
-		args = append(args, "-tags", "gate_broken_grant")
+		tags += ",gate_broken_grant"
 	case o.BrokenLine:
-		args = append(args, "-tags", "gate_broken_line")
+		tags += ",gate_broken_line"
 	case o.BrokenOpen:
-		args = append(args, "-tags", "gate_broken_open")
+		tags += ",gate_broken_open"
 	case o.BrokenRecovery:
-		args = append(args, "-tags", "gate_broken_recovery")
+		tags += ",gate_broken_recovery"
+	case o.BrokenShard:
+		tags += ",gate_broken_shard"
 	}
-	args = append(args, "github.com/lockd-dev/lockd/cmd/lockd")
+	args := []string{"build", "-tags", tags, "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd"}
 	r.logf("gate: go %s", strings.Join(args, " "))
 	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("gate: building lockd: %v\n%s", err, out)
@@ -310,6 +339,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	names := []string{""}
 	if o.Clusters > 1 {
 		names = []string{CoordCluster, EntityCluster}
+		if o.Shards > 1 {
+			names = append(names, Shard2, Shard3)
+		}
 	}
 	for _, name := range names {
 		ports, err := proc.FreePorts(6)
@@ -328,6 +360,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	// lockd arbiters.
 	for i := range o.Workers {
 		r.grantOf = append(r.grantOf, workerID(i))
+	}
+	if o.Shards > 1 {
+		r.grantOf = append(r.grantOf, Mover) // the gate's own hold for a move's drain
 	}
 	if err := r.writeClasses(TTL, -1); err != nil {
 		return err
@@ -350,6 +385,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		a.Name = fmt.Sprintf("lockd-%d", i)
 		a.Bin = lockd
 		a.Log = filepath.Join(r.dir, "lockd", a.Name+".log")
+		a.Env = []string{stallEnv + "=" + r.stallFile(a.Name)}
 		a.Args = append(r.etcdArgs(), "--insecure-loopback", "--listen", a.Addr, "--metrics-listen", a.Metrics, "--classes", filepath.Join(r.dir, "classes"),
 			"--operators", operator+","+operator2, "--data-dir", filepath.Join(r.dir, "lockd", a.Name), "--request-timeout", RequestTimeout.String(),
 			"--open-after", OpenAfter.String(),
@@ -375,6 +411,11 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	r.logf("gate: %d lockd arbiters ready", len(r.arbiters))
 	if r.split() {
 		if err := r.advanceApart(ctx); err != nil {
+			return err
+		}
+	}
+	if r.sharded() {
+		if err := r.initShards(ctx); err != nil {
 			return err
 		}
 	}
@@ -522,9 +563,15 @@ func (r *run) verdict(s *Summary) error {
 	if err != nil {
 		return err
 	}
-	var clusterOf func(string) string
+	var clusterOf check.ClusterOf
 	if r.split() {
 		clusterOf = r.clusterOf
+	}
+	if r.sharded() {
+		// The holds a move's drain ended are force-releases the gate did
+		// not make: add them as its own, so the lock model lets their
+		// holders check only until told.
+		ops = append(ops, r.moveForceOps(ops, r.clusterOf)...)
 	}
 	res, err := check.Run(ops, check.Options{Timeout: 2 * time.Minute, ArtifactsDir: r.dir, Faults: r.faults, OpenKeys: r.openKeys, OpenTTL: OpenTTL,
 		ClusterOf: clusterOf})
@@ -547,6 +594,9 @@ func (r *run) verdict(s *Summary) error {
 	s.Audit = ares
 
 	s.Line = r.lineVerdict()
+	if s.Moves != nil {
+		r.checkMoves(s.Moves)
+	}
 	var split check.SplitResult
 	if r.split() {
 		split = check.Split(ops, r.faults, check.SplitOptions{ClusterOf: r.clusterOf, Coord: CoordCluster, Records: r.records, Floor: BlastFloor,
@@ -567,7 +617,7 @@ func (r *run) verdict(s *Summary) error {
 	switch {
 	case r.o.Expect && r.o.BrokenRecovery && len(q.Overlaps) == 0:
 		verr = fmt.Errorf("%w: no consensus grant overlapped an untold unprotected holder (%d other violations)", ErrExpected, res.Violations)
-	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0 && split.Passed():
+	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0 && split.Passed() && (s.Moves == nil || len(s.Moves.Details) == 0):
 		verr = ErrExpected
 	case r.o.Expect:
 		verr = nil
@@ -579,6 +629,10 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
 	case !split.Passed():
 		verr = fmt.Errorf("%w: the split topology: %d, the first: %s", ErrViolation, len(split.Details), split.Details[0])
+	case s.Moves != nil && len(s.Moves.Details) > 0:
+		verr = fmt.Errorf("%w: the shard moves: %d, the first: %s", ErrViolation, len(s.Moves.Details), s.Moves.Details[0])
+	case r.sharded() && len(missingMoves(r.o.Faults, s.FaultKinds)) > 0:
+		verr = fmt.Errorf("%w: move faults not injected: %s", ErrTooLittle, strings.Join(missingMoves(r.o.Faults, s.FaultKinds), ", "))
 	case r.split() && r.clusterOutages() > 0 && split.BlastWindows == 0:
 		verr = fmt.Errorf("%w: no restore, rebuild or quorum loss of the entity cluster: the blast radius was not checked", ErrTooLittle)
 	case quorumRun && q.Unprotected == 0:

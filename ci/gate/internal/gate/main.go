@@ -44,6 +44,14 @@ Examples:
   # Quorum loss, with keys of a class open on quorum loss
   go run ./ci/gate --duration 60s --faults quorum-loss,member-kill-leader,arbiter-kill,worker-pause,reentrant --open-keys 2
 
+  # Entity shards: a coord cluster, two shards and a third added mid-run;
+  # the workers' range moves between them with faults during the moves
+  go run ./ci/gate --duration 180s --faults all
+
+  # A lockd that grants on a shard without the shard map fence; must find
+  # a violation when a lockd's map watch stalls across a move
+  go run ./ci/gate --duration 60s --faults map-stall,shard-move --broken-shard --expect-violation
+
   # A lockd that grants open classes through etcd as soon as quorum
   # returns; must find a consensus grant over an untold unprotected holder
   go run ./ci/gate --duration 60s --faults quorum-loss --open-keys 2 --broken-recovery --expect-violation
@@ -58,13 +66,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	o := Options{Out: stdout}
-	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" (every kind; quorum-loss only with --clusters 2) or \"none\": "+strings.Join(Kinds, ", "))
+	faults := fs.String("faults", "all", "comma-separated fault kinds, \"all\" (every kind; quorum-loss and the move kinds only with --clusters 2) or \"none\": "+strings.Join(Kinds, ", "))
 	fs.DurationVar(&o.Duration, "duration", 60*time.Second, "how long workers run under faults")
 	fs.Uint64Var(&o.Seed, "seed", 0, "seed for the schedule and the workers (0: from the clock; printed)")
 	fs.IntVar(&o.Workers, "workers", 6, "worker processes")
 	fs.IntVar(&o.Arbiters, "arbiters", 2, "lockd processes")
 	fs.IntVar(&o.Keys, "keys", 4, "keys the workers contend on")
 	fs.IntVar(&o.Clusters, "clusters", 2, "etcd clusters: 2 splits the tiers (the durable class's keys are the coord tier's, on a cluster of their own), 1 serves both tiers from one")
+	fs.IntVar(&o.Shards, "shards", 0, "clusters serving the entity tier with --clusters 2: 1, or 3 (the entity cluster and shard-2 in the first map, shard-3 added by the first move); default 3 when a move fault is asked for, else 1")
+	fs.BoolVar(&o.BrokenShard, "broken-shard", false, "build lockd granting on an entity shard without the shard map fence (control for the map-stall fault)")
 	fs.IntVar(&o.OpenKeys, "open-keys", 0, "more keys, under an efficiency class open on quorum loss (for the quorum-loss fault)")
 	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
@@ -96,6 +106,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			// exercise): the entity cluster's first, then the coord's.
 			o.Faults = append(o.Faults, KindQuorumLoss)
 		}
+		if o.Clusters > 1 && o.Shards != 1 {
+			o.Faults = append(o.Faults, MoveKinds...)
+		}
 	case "none", "":
 	default:
 		for _, k := range strings.Split(*faults, ",") {
@@ -108,6 +121,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.Netns != "auto" && o.Netns != "on" && o.Netns != "off" {
 		fmt.Fprintf(stderr, "gate: --netns must be on, off or auto, got %q\n", o.Netns)
+		return 2
+	}
+	moves := slices.ContainsFunc(o.Faults, isMove)
+	if o.Shards == 0 {
+		o.Shards = 1
+		if moves {
+			o.Shards = 3
+		}
+	}
+	if (moves || o.Shards != 1) && (o.Clusters != 2 || o.Shards != 3) {
+		fmt.Fprintln(stderr, "gate: the move faults and --shards 3 go together, with --clusters 2")
 		return 2
 	}
 	if o.Workers < 2 || o.Arbiters < 1 || o.Keys < 1 || o.Duration <= 0 || o.Clusters < 1 || o.Clusters > 2 {
@@ -159,6 +183,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "split: epochs per cluster %v; entity outages %d (%.1fs), coord grants in them %d (%.2f/s, floor %.2f/s; elsewhere %.2f/s); workers holding on both as one began %d, fenced on the failed cluster only %d\n",
 			sp.Epochs, sp.BlastWindows, sp.BlastSeconds, sp.CoordGrants, sp.CoordGrantsPerSecond, sp.Floor, sp.CoordGrantsPerSecondElsewhere, sp.Straddles, sp.FencedOnFailedOnly)
 		for _, d := range sp.Details {
+			fmt.Fprintf(stdout, "  violation: %s\n", d)
+		}
+	}
+	if mv := s.Moves; mv != nil {
+		fmt.Fprintf(stdout, "moves: %d of %s between %d shards, holds ended at a drain's bound %d\n", len(mv.Moves), movedPrefix, o.Shards, mv.Forced)
+		for _, m := range mv.Moves {
+			fmt.Fprintf(stdout, "  move %-17s %s -> %s: %d live, drain %s (limit %s), %d stragglers (settle %s)\n", m.Kind, m.From, m.To, m.Live,
+				m.Drain.Round(100*time.Millisecond), m.Bound+MoveSlack+m.Allow.Round(100*time.Millisecond), m.Stragglers, m.Settle.Round(100*time.Millisecond))
+		}
+		for _, d := range mv.Details {
 			fmt.Fprintf(stdout, "  violation: %s\n", d)
 		}
 	}

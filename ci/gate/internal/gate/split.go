@@ -52,16 +52,27 @@ func (r *run) split() bool { return len(r.clusters) > 1 }
 // coord is the cluster of the coord tier (the only one when not split);
 // entity the entity tier's.
 func (r *run) coord() *etcdCluster  { return r.clusters[0] }
-func (r *run) entity() *etcdCluster { return r.clusters[len(r.clusters)-1] }
+func (r *run) entity() *etcdCluster { return r.clusters[min(1, len(r.clusters)-1)] }
 
-// clusterOf names the cluster serving key: the durable and the open
-// classes are of the coord tier when the tiers are split, the fenced
-// class of the entity's.
-func (r *run) clusterOf(key string) string {
+// clusterOf names the cluster that granted token for key (check.ClusterOf):
+// the durable and the open classes are of the coord tier when the tiers
+// are split, the fenced class of the entity's; with entity shards, the
+// cluster whose epoch the token carries (the range moves between them;
+// token 0: the shard the range is homed to now).
+func (r *run) clusterOf(key string, token uint64) string {
 	if slices.Contains(durableKeys(gateKeys(r.o.Keys)), key) || slices.Contains(r.openKeys, key) {
 		return r.coord().name
 	}
-	return r.entity().name
+	if !r.sharded() {
+		return r.entity().name
+	}
+	if token != 0 {
+		if c, ok := r.epochOwners()[uint32(token>>48)]; ok {
+			return c
+		}
+		return fmt.Sprintf("the cluster of epoch %d (none the gate gave it)", token>>48)
+	}
+	return cmp.Or(r.home, r.entity().name)
 }
 
 // lineCluster is the cluster of the durable keys, whose line the durable
@@ -82,7 +93,7 @@ func (r *run) writeTopology() error {
 	var b strings.Builder
 	b.WriteString("apiVersion: lockd.dev/v1alpha1\nkind: Topology\nclusters:\n")
 	for _, c := range r.clusters {
-		tier := "entity"
+		tier := "entity" // the entity cluster, and the shards beside it
 		if c == r.coord() {
 			tier = "coord"
 		}
@@ -188,16 +199,18 @@ func (r *run) target(kind string) *etcdCluster {
 	}
 	n := r.hits[kind]
 	r.hits[kind]++
-	start := r.first
+	// Restores and quorum losses: the entity cluster, then the coord
+	// cluster, then the other shards.
+	outages := append([]int{1, 0}, seq(2, len(r.clusters))...)
 	switch kind {
 	case KindRestore, KindQuorumLoss:
-		start = 1
+		return r.clusters[outages[n%len(outages)]]
 	case KindStoreRebuild:
 		if k := r.hits[KindRestore]; k > 0 {
-			return r.clusters[(1+k-1)%len(r.clusters)]
+			return r.clusters[outages[(k-1)%len(outages)]]
 		}
 	}
-	return r.clusters[(start+n)%len(r.clusters)]
+	return r.clusters[(r.first+n)%len(r.clusters)]
 }
 
 // settle waits, with the tiers split, until no cluster but c (nil: none)
@@ -247,4 +260,13 @@ func (r *run) waitHealthy(ctx context.Context, d time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// seq is from, from+1, ..., to-1.
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/ci/gate/internal/auditcheck"
+	"github.com/lockd-dev/lockd/ci/gate/internal/check"
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
 	"github.com/lockd-dev/lockd/internal/audit"
@@ -127,7 +128,7 @@ func (r *run) auditVerdict(ctx context.Context, ops []history.Op) (auditcheck.Re
 	if err != nil {
 		return auditcheck.Result{}, err
 	}
-	var clusterOf func(string) string
+	var clusterOf check.ClusterOf
 	if r.split() {
 		clusterOf = r.clusterOf
 	}
