@@ -235,3 +235,56 @@ func TestTheHistoryHasTheGrantsOfEveryCluster(t *testing.T) {
 		t.Fatalf("both clusters' rows are of epoch %d; no two clusters share an epoch", epochs["t/fast/b"])
 	}
 }
+
+// TestAnUnknownAcquireOnTheEntityClusterLeavesTheCoordHoldsAlone: a
+// holder of a coord key (t/leader/, 5s) whose acquire of an entity key of
+// the same TTL (t/fast/, one session) times out while the entity cluster
+// is unreachable cannot learn whether it left a hold there. It gives up
+// the session's lease on the entity cluster, not the session: the coord
+// hold stays safe (the release gate found it fenced by an entity outage:
+// the whole session used to end, ErrSessionEnded).
+func TestAnUnknownAcquireOnTheEntityClusterLeavesTheCoordHoldsAlone(t *testing.T) {
+	sp := startSplit(t, false)
+	c := sp.env.Client(t, lockdtest.Alice)
+	ctx := t.Context()
+	leaderFenced := make(chan fenceAt, 1)
+	leader, err := c.Acquire(ctx, "t/leader/a", "", fencedInto(leaderFenced))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := c.Acquire(ctx, "t/fast/b", "", func(*client.Lock) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ent.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sp.proxy.Stall(tcpproxy.Both)
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = c.Acquire(actx, "t/fast/b", "", func(*client.Lock) {})
+	cancel()
+	if err == nil || client.Definite(err) {
+		t.Fatalf("an acquire on an unreachable cluster: %v; want an unknown outcome", err)
+	}
+	// The client resolves it for a TTL, then gives up; wait past that.
+	time.Sleep(10 * time.Second)
+	select {
+	case f := <-leaderFenced:
+		t.Fatalf("the coord hold was fenced (%v) by an unknown acquire on the entity cluster", f.err)
+	default:
+	}
+	if !leader.CanStart() || leader.Err() != nil {
+		t.Fatalf("the coord hold is %v (%v); it must stay safe", leader.State(), leader.Err())
+	}
+	sp.proxy.Resume()
+	again, err := c.Acquire(ctx, "t/fast/b", "", func(*client.Lock) {}, client.Wait(15*time.Second))
+	if err != nil {
+		t.Fatalf("the entity key after the cluster came back: %v", err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Release(ctx); err != nil {
+		t.Fatalf("the coord hold's release: %v", err)
+	}
+}

@@ -34,6 +34,13 @@ var (
 	// whose outcome stayed unknown), rather than keep renewing a hold nobody
 	// knows about. Every hold of the session is lost.
 	ErrSessionEnded = errors.New("client: lock lost: session ended because a hold's state could not be confirmed")
+	// ErrLeaseGivenUp: like ErrSessionEnded, for a key whose holds are on
+	// the session's lease on another etcd cluster than the coord cluster
+	// (an entity shard): the client gave up the session's leases on those
+	// clusters, so a hold left there lapses with them. Holds on those
+	// clusters are lost; the session and its holds on the coord cluster go
+	// on.
+	ErrLeaseGivenUp = errors.New("client: lock lost: the session's lease on the key's cluster was given up because a hold's state there could not be confirmed")
 	// ErrReleased: the lock was released by its holder.
 	ErrReleased = errors.New("client: lock released")
 	// ErrClosed: the client was closed.

@@ -339,6 +339,7 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, sent time.Time,
 	var fenced []*Lock
 	if id := resp.GetClusterLease(); id != 0 && lost == nil {
 		h.lease, fenced, lost = s.adoptLeaseLocked(resp.GetCluster(), id, resp.GetClusterTtl().AsDuration(), sent)
+		s.onLease[h.key] = true
 	}
 	epoch := s.epoch
 	if h.lease != nil {
@@ -417,7 +418,8 @@ const (
 
 // resolveRelease releases h at lockd, retrying until lockd answers
 // definitively. It gives up after the session's TTL (or when the session
-// is lost) and then ends the session, so the hold expires with it.
+// is lost) and then ends the session, or for a key on another cluster
+// its leases there (giveUp), so the hold expires.
 func (s *session) resolveRelease(h *hold) (bool, error) {
 	defer s.settle(h)
 	return s.releaseToken(h.key, h.token.GetValue())
@@ -438,7 +440,7 @@ func (s *session) releaseToken(key string, tok uint64) (bool, error) {
 		s.c.sleep(resolveBackoff)
 	}
 	if s.alive() {
-		s.end(key, last)
+		s.giveUp(key, last)
 	}
 	return false, last
 }
@@ -460,8 +462,9 @@ func (s *session) releaseOnce(ctx context.Context, key string, tok uint64) (held
 		return false, true, nil
 	case Definite(err):
 		// lockd will not release it for us (sealed, or the grant was
-		// revoked): end the session so the hold expires.
-		s.end(key, err)
+		// revoked): end the session (or its lease there) so the hold
+		// expires.
+		s.giveUp(key, err)
 		return false, true, err
 	}
 	return false, false, err
@@ -472,7 +475,7 @@ func (s *session) releaseOnce(ctx context.Context, key string, tok uint64) (held
 // the same session without waiting, which lockd answers with the session's
 // own hold when there is one (and which replaces the earlier request if it
 // is still queued). It gives up after the session's TTL and then ends the
-// session.
+// session, or for a key on another cluster its leases there (giveUp).
 func (s *session) resolveAcquire(h *hold) {
 	defer s.settle(h)
 	giveUp := time.Now().Add(s.ttl)
@@ -496,14 +499,14 @@ func (s *session) resolveAcquire(h *hold) {
 			s.lose(ErrExpired, true)
 			return
 		case Definite(err):
-			s.end(h.key, err) // lockd will not tell us: let the session expire
+			s.giveUp(h.key, err) // lockd will not tell us: let it expire
 			return
 		}
 		last = err
 		s.c.sleep(resolveBackoff)
 	}
 	if s.alive() {
-		s.end(h.key, last)
+		s.giveUp(h.key, last)
 	}
 }
 

@@ -39,6 +39,9 @@ type session struct {
 	// at their deadline, named in Acquires so lockd revokes them.
 	leases  map[string]*clusterLease
 	retired map[string]int64
+	// onLease are the keys a grant showed to be held on a cluster lease
+	// (their tier is not the coord cluster's).
+	onLease map[string]bool
 	// fence fires at the local deadline, whatever any RPC is doing.
 	fence *time.Timer
 	stop  chan struct{} // closed when lost
@@ -71,7 +74,7 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 		return nil, decode(err)
 	}
 	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, slot: sl, lastOK: sent, lastAns: sent, lastSent: sent,
-		holds: map[string]*hold{}, removed: map[int64]bool{}, leases: map[string]*clusterLease{}, retired: map[string]int64{},
+		holds: map[string]*hold{}, removed: map[int64]bool{}, leases: map[string]*clusterLease{}, retired: map[string]int64{}, onLease: map[string]bool{},
 		stop: make(chan struct{})}
 	s.mu.Lock()
 	s.fence = time.AfterFunc(s.remainingLocked(), s.checkDeadline)
@@ -203,6 +206,31 @@ func (s *session) end(key string, cause error) {
 		"session", s.id, "key", key, "err", cause)
 	s.lose(ErrSessionEnded, true)
 	s.c.background(func() { s.c.endSession(s.id) })
+}
+
+// giveUp is what the client does when the state of a hold of key could
+// not be learned (cause). A key held on a cluster lease (a grant of it
+// said so) is on another cluster than the coord's: the session gives up
+// its leases on every such cluster instead of ending, so whatever is left
+// there lapses with them, and its holds on the coord cluster go on (an
+// entity cluster's outage does not fence them). Any other key ends the
+// session (end).
+func (s *session) giveUp(key string, cause error) {
+	s.mu.Lock()
+	if !s.onLease[key] || s.lost != nil {
+		s.mu.Unlock()
+		s.end(key, cause)
+		return
+	}
+	var fenced []*Lock
+	for _, l := range s.leases {
+		s.retired[l.cluster] = l.id
+		fenced = append(fenced, s.dropLeaseLocked(l, ErrLeaseGivenUp)...)
+	}
+	s.mu.Unlock()
+	s.c.log.Warn("giving up the session's leases on other clusters than the coord's: could not learn whether a hold there still exists; it expires with them",
+		"session", s.id, "key", key, "err", cause)
+	runFences(fenced)
 }
 
 // run sends a keepalive every TTL/3 and marks the session degraded when one
