@@ -572,7 +572,7 @@ func (w *worker) release(l *client.Lock, key string, kind history.Kind) {
 		w.rec.End(op, history.Ok)
 	case err == nil, client.Definite(err), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrDeadline),
 		errors.Is(err, client.ErrClosed), errors.Is(err, client.ErrEpoch), errors.Is(err, client.ErrForced),
-		errors.Is(err, client.ErrSessionEnded):
+		errors.Is(err, client.ErrSessionEnded), errors.Is(err, client.ErrLeaseGivenUp):
 		if err != nil {
 			op.Err = err.Error()
 		}
