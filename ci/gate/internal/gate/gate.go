@@ -657,9 +657,16 @@ func (r *run) verdict(s *Summary) error {
 	}
 	sb, _ := json.MarshalIndent(s, "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "summary.json"), append(sb, '\n'), 0o644)
-	// Keep the histories, the faults, the summary and any visualisation;
+	// Keep the histories, the faults, the summary, any visualisation and
+	// the etcd members' logs (a lease etcd expired early is read there);
 	// the stores' data is not needed to read a violation.
-	_ = os.RemoveAll(filepath.Join(r.dir, "etcd"))
+	snapshots, _ := filepath.Glob(filepath.Join(r.dir, "etcd", "*.db"))
+	dataDirs, _ := filepath.Glob(filepath.Join(r.dir, "etcd", "*", "*"))
+	for _, d := range append(snapshots, dataDirs...) {
+		if filepath.Base(d) != "logs" {
+			_ = os.RemoveAll(d)
+		}
+	}
 	_ = os.RemoveAll(filepath.Join(r.dir, "postgres"))
 	_ = os.RemoveAll(filepath.Join(r.dir, "bin"))
 	return verr
