@@ -39,7 +39,7 @@ Examples:
   # Workers whose supervised children outlive their lock (lockctl's old
   # supervision) while their lockd is stopped; must find a violation (two
   # keys: someone is waiting for the child's key when its session expires)
-  go run ./ci/gate --duration 40s --faults arbiter-stop --late-fence --keys 2 --expect-violation
+  go run ./ci/gate --duration 60s --faults arbiter-stop --late-fence --keys 2 --expect-violation
 
   # Quorum loss, with keys of a class open on quorum loss
   go run ./ci/gate --duration 60s --faults quorum-loss,member-kill-leader,arbiter-kill,worker-pause,reentrant --open-keys 2
