@@ -306,7 +306,7 @@ func (c *Controller) drain(ctx context.Context, p *Plan) error {
 		return err
 	}
 	if n > 0 && c.overdue(p.Live, p.DrainStarted) {
-		if n, err = c.endHolds(ctx, p, p.Live, func(m Move) string { return m.From }); err != nil {
+		if n, err = c.endHolds(ctx, p, p.Live); err != nil {
 			return err
 		}
 	}
@@ -335,21 +335,21 @@ func (c *Controller) overdue(moves []Move, since time.Time) bool {
 	return c.EndHold != nil && b > 0 && !since.IsZero() && c.Now().Sub(since) >= b
 }
 
-// endHolds ends by force every hold left in moves' ranges on the shard
-// shard(m) names, and counts what is left (waiters, and holds that
-// changed meanwhile, ended at the next look).
-func (c *Controller) endHolds(ctx context.Context, p *Plan, moves []Move, shard func(Move) string) (int, error) {
+// endHolds ends by force every hold left in moves' ranges on their old
+// shards, and counts what is left (waiters, and holds that changed
+// meanwhile, ended at the next look).
+func (c *Controller) endHolds(ctx context.Context, p *Plan, moves []Move) (int, error) {
 	for _, m := range moves {
-		resp, err := c.Shards[shard(m)].Get(ctx, keyspace.HoldPrefix+m.Range, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := c.Shards[m.From].Get(ctx, keyspace.HoldPrefix+m.Range, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return 0, err
 		}
 		for _, kv := range resp.Kvs {
 			key := strings.TrimPrefix(string(kv.Key), keyspace.HoldPrefix)
-			if err := c.EndHold(ctx, shard(m), key, p); err != nil {
-				c.Log.Warn("shard move: ending a hold past the drain's bound failed; trying again", "plan", p.ID, "shard", shard(m), "err", err)
+			if err := c.EndHold(ctx, m.From, key, p); err != nil {
+				c.Log.Warn("shard move: ending a hold past the drain's bound failed; trying again", "plan", p.ID, "shard", m.From, "err", err)
 			} else {
-				c.Log.Warn("shard move: a hold was ended by force: the drain reached its bound", "plan", p.ID, "shard", shard(m), "range", m.Range, "bound", Bound(moves))
+				c.Log.Warn("shard move: a hold was ended by force: the drain reached its bound", "plan", p.ID, "shard", m.From, "range", m.Range, "bound", Bound(moves))
 			}
 		}
 	}
@@ -417,7 +417,7 @@ func (c *Controller) settle(ctx context.Context, p *Plan) error {
 		return err
 	}
 	if n > 0 && c.overdue(p.Stragglers, p.Flipped) {
-		if n, err = c.endHolds(ctx, p, p.Stragglers, func(m Move) string { return m.From }); err != nil {
+		if n, err = c.endHolds(ctx, p, p.Stragglers); err != nil {
 			return err
 		}
 	}

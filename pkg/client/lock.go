@@ -339,6 +339,9 @@ func (s *session) granted(h *hold, resp *lockv1.AcquireResponse, sent time.Time,
 	var fenced []*Lock
 	if id := resp.GetClusterLease(); id != 0 && lost == nil {
 		h.lease, fenced, lost = s.adoptLeaseLocked(resp.GetCluster(), id, resp.GetClusterTtl().AsDuration(), sent)
+		if len(s.onLease) >= maxOnLease {
+			clear(s.onLease) // bounded: a session may take keys without end
+		}
 		s.onLease[h.key] = true
 	}
 	epoch := s.epoch
@@ -412,6 +415,9 @@ func runFences(ls []*Lock) {
 
 // Background resolution: bounds and pacing.
 const (
+	// maxOnLease bounds what a session remembers of which keys are on a
+	// cluster lease (session.onLease).
+	maxOnLease            = 4096
 	resolveAttemptTimeout = 5 * time.Second
 	resolveBackoff        = 200 * time.Millisecond
 )

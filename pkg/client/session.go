@@ -40,7 +40,8 @@ type session struct {
 	leases  map[string]*clusterLease
 	retired map[string]int64
 	// onLease are the keys a grant showed to be held on a cluster lease
-	// (their tier is not the coord cluster's).
+	// (their tier is not the coord cluster's), at most maxOnLease of them
+	// (a key forgotten is treated as the coord's: giveUp ends the session).
 	onLease map[string]bool
 	// fence fires at the local deadline, whatever any RPC is doing.
 	fence *time.Timer
