@@ -362,7 +362,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		r.grantOf = append(r.grantOf, workerID(i))
 	}
 	if o.Shards > 1 {
-		r.grantOf = append(r.grantOf, Mover) // the gate's own hold for a move's drain
+		// The gate's own holds: for a move's drain, and the map-stall probe.
+		r.grantOf = append(r.grantOf, Mover, Prober)
 	}
 	if err := r.writeClasses(TTL, -1); err != nil {
 		return err

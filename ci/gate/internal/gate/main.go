@@ -191,6 +191,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		for _, m := range mv.Moves {
 			fmt.Fprintf(stdout, "  move %-17s %s -> %s: %d live, drain %s (limit %s), %d stragglers (settle %s)\n", m.Kind, m.From, m.To, m.Live,
 				m.Drain.Round(100*time.Millisecond), m.Bound+MoveSlack+m.Allow.Round(100*time.Millisecond), m.Stragglers, m.Settle.Round(100*time.Millisecond))
+			if m.Probe != "" && !m.StaleGrant {
+				fmt.Fprintf(stdout, "    probe: %s\n", m.Probe)
+			}
 		}
 		for _, d := range mv.Details {
 			fmt.Fprintf(stdout, "  violation: %s\n", d)

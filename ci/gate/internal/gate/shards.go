@@ -98,6 +98,11 @@ type Move struct {
 	Allow      time.Duration `json:"allow"`
 	Stragglers int           `json:"stragglers"`
 	Live       int           `json:"live"`
+	// Probe says what an arbiter with a stale map answered for a key of
+	// the moved range held on its new shard (map-stall only); StaleGrant
+	// that it granted it: a double grant.
+	Probe      string `json:"probe,omitempty"`
+	StaleGrant bool   `json:"staleGrant,omitempty"`
 }
 
 // MoveResult is the check of the moves.
@@ -297,17 +302,18 @@ func (r *run) move(ctx context.Context, f *history.Fault, kind string) error {
 		req.Add = []*lockv1.ShardWeight{{Name: Shard3}}
 	}
 	var allow time.Duration
+	var stale *proc.Lockd
 	if kind == KindMapStall {
-		a := r.arbiters[r.rnd.IntN(len(r.arbiters))]
-		if err := os.WriteFile(r.stallFile(a.Name), nil, 0o644); err != nil {
+		stale = r.arbiters[r.rnd.IntN(len(r.arbiters))]
+		if err := os.WriteFile(r.stallFile(stale.Name), nil, 0o644); err != nil {
 			return err
 		}
-		f.Target += ", " + a.Name + "'s map watch stalled"
+		f.Target += ", " + stale.Name + "'s map watch stalled"
 		defer func() {
 			// Past the flip, for a while: its clients' acquires of the moved
 			// keys meet the old shard's fence.
 			time.Sleep(3 * time.Second)
-			_ = os.Remove(r.stallFile(a.Name))
+			_ = os.Remove(r.stallFile(stale.Name))
 		}()
 	}
 	var injectErr error
@@ -361,6 +367,13 @@ func (r *run) move(ctx context.Context, f *history.Fault, kind string) error {
 	}
 	m := Move{Kind: kind, Plan: id, From: from, To: to, Drain: p.Flipped.Sub(p.DrainStarted), Bound: max(shardmove.Bound(p.Live), TTL),
 		Allow: allow, Stragglers: len(p.Stragglers), Live: len(p.Live)}
+	if stale != nil {
+		// The map watch is still stalled: ask the stale arbiter for a key
+		// of the moved range the gate holds on its new shard.
+		if m.Probe, m.StaleGrant, err = r.probeStale(ctx, stale, to); err != nil {
+			return err
+		}
+	}
 	if m.Stragglers > 0 {
 		m.Settle = p.Updated.Sub(p.Flipped)
 	}
@@ -517,6 +530,9 @@ func (r *run) checkMoves(res *MoveResult) {
 			res.Details = append(res.Details, fmt.Sprintf("move %s (%s, %s -> %s): the range was closed for its drain for %s, above the limit %s (bound %s + %s + the fault's %s)",
 				m.Plan, m.Kind, m.From, m.To, m.Drain.Round(100*time.Millisecond), limit, m.Bound, MoveSlack, m.Allow.Round(100*time.Millisecond)))
 		}
+		if m.StaleGrant {
+			res.Details = append(res.Details, fmt.Sprintf("move %s (%s, %s -> %s): %s", m.Plan, m.Kind, m.From, m.To, m.Probe))
+		}
 		if m.Settle > limit {
 			res.Details = append(res.Details, fmt.Sprintf("move %s (%s, %s -> %s): stragglers kept the range closed on %s for %s, above the limit %s",
 				m.Plan, m.Kind, m.From, m.To, m.To, m.Settle.Round(100*time.Millisecond), limit))
@@ -587,4 +603,81 @@ func (r *run) holdForDrain(ctx context.Context) (func(), error) {
 			_ = c.Close()
 		})
 	}, nil
+}
+
+// probeKey is the key of the moved range the map-stall probe takes; no
+// worker takes it, so the probe's holds are in no worker's history.
+const probeKey = movedPrefix + "stale-map-probe"
+
+// Prober is the gate's identity when it asks an arbiter with a stale map
+// for the probe key (granted the gate's keys beside the workers).
+const Prober = "spiffe://gate.local/prober"
+
+// probeStale is the map-stall fault's deterministic check. The gate holds
+// probeKey as Mover through an arbiter whose map is current (on shard to),
+// then asks the arbiter whose map watch is stalled for it as Prober. That
+// arbiter routes by the old map, to the old shard, where the key is free:
+// only the shard fence stops it granting. Refused (MOVING, then in line
+// behind the gate's hold until the wait ends) is right; granted is a
+// double grant, reported as granted.
+func (r *run) probeStale(ctx context.Context, stale *proc.Lockd, to string) (string, bool, error) {
+	var fresh *proc.Lockd
+	for _, a := range r.arbiters {
+		if a != stale {
+			fresh = a
+		}
+	}
+	if fresh == nil {
+		return "", false, fmt.Errorf("gate: the map-stall probe needs a second lockd")
+	}
+	hc, err := client.New(client.WithTarget(fresh.Addr), client.WithInsecureIdentity(Mover))
+	if err != nil {
+		return "", false, err
+	}
+	defer func() { _ = hc.Close() }()
+	// The receiving shard's epoch was just advanced: its grace (the
+	// longest class TTL, the open class's 30 s) may still hold grants.
+	var held *client.Lock
+	for deadline := time.Now().Add(45 * time.Second); held == nil; {
+		actx, cancel := context.WithTimeout(ctx, 12*time.Second)
+		l, err := hc.Acquire(actx, probeKey, "", func(*client.Lock) {}, client.Wait(10*time.Second))
+		cancel()
+		switch {
+		case err == nil && r.clusterOf(probeKey, l.Token()) == to:
+			held = l
+			continue
+		case err == nil:
+			err = fmt.Errorf("granted on %s, not %s, after the flip", r.clusterOf(probeKey, l.Token()), to)
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = l.Release(rctx)
+			cancel()
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return "", false, fmt.Errorf("gate: the map-stall probe's hold of %s through %s: %w", probeKey, fresh.Name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = held.Release(rctx)
+	}()
+	sc, err := client.New(client.WithTarget(stale.Addr), client.WithInsecureIdentity(Prober))
+	if err != nil {
+		return "", false, err
+	}
+	defer func() { _ = sc.Close() }()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := sc.Acquire(actx, probeKey, "", func(*client.Lock) {}, client.Wait(2*time.Second))
+	if err == nil {
+		on := r.clusterOf(probeKey, l.Token())
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+		return fmt.Sprintf("%s, its map watch stalled, granted %s on %s (token %s) while the gate held it on %s through %s (token %s)",
+			stale.Name, probeKey, on, check.FormatToken(l.Token()), to, fresh.Name, check.FormatToken(held.Token())), true, nil
+	}
+	r.logf("gate: %s, its map watch stalled, did not grant %s held on %s: %v", stale.Name, probeKey, to, err)
+	return fmt.Sprintf("%s with a stale map refused %s (%v)", stale.Name, probeKey, err), false, nil
 }
