@@ -41,6 +41,9 @@ type HoldInfo struct {
 	// is the session itself or no record names the lease any more. Only
 	// Inspect sets it.
 	HomeSession int64
+	// Cluster is the etcd cluster the hold is on, as operators name it;
+	// empty when the arbiter fronts one cluster.
+	Cluster string
 }
 
 // WaiterInfo is one waiter queued for a key.
@@ -199,6 +202,9 @@ func (c *cell) ttlLeft(ctx context.Context, lease int64) (time.Duration, error) 
 // fillHold describes hold h of cell c; an operator sees its token.
 func (a *Arbiter) fillHold(info *HoldInfo, caller identity.Caller, c *cell, h holdRecord, modRev int64) {
 	info.Holder, info.Session, info.Class = h.Identity, h.Session, h.Class
+	if len(a.cells) > 1 {
+		info.Cluster = c.name
+	}
 	info.AcquiredAt = time.Unix(0, h.AcquiredAt)
 	info.Age = a.now().Sub(info.AcquiredAt)
 	if a.IsOperator(caller) {

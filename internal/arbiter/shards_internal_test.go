@@ -149,6 +149,16 @@ func TestEntityKeysAreHomedByTheShardMap(t *testing.T) {
 	if on["e1"] == 0 || on["e2"] == 0 {
 		t.Fatalf("keys per shard = %v; want both shards used", on)
 	}
+	// The hold listing (lockctl top's source) says each hold's shard.
+	list, err := a.ListHolds(ctx, alice, "t/", 1000)
+	if err != nil || len(list.Holds) != 48 {
+		t.Fatalf("ListHolds = %d holds, %v; want 48", len(list.Holds), err)
+	}
+	for _, h := range list.Holds {
+		if want, _ := r.Home(h.Key); h.Cluster != want {
+			t.Fatalf("listed hold %s on cluster %q; want %s", h.Key, h.Cluster, want)
+		}
+	}
 }
 
 // TestAStaleMapNeverGrantsAMovedKey: an arbiter still routing by the map

@@ -327,7 +327,7 @@ func (s *Server) Release(ctx context.Context, req *lockv1.ReleaseRequest) (*lock
 func holdProto(h arbiter.HoldInfo) *lockv1.Hold {
 	out := &lockv1.Hold{
 		Key: h.Key, Holder: h.Holder, SessionId: h.Session, Class: h.Class,
-		AcquiredAt: timestamppb.New(h.AcquiredAt), Age: durationpb.New(h.Age), Waiters: int32(h.Waiters),
+		AcquiredAt: timestamppb.New(h.AcquiredAt), Age: durationpb.New(h.Age), Waiters: int32(h.Waiters), Cluster: h.Cluster,
 	}
 	if h.Token != 0 {
 		out.Token = &lockv1.Token{Value: h.Token, Epoch: h.Epoch, Revision: h.Revision}

@@ -2136,6 +2136,9 @@ type Hold struct {
 	// is gone. A force-release with revoke_session ends this session on every
 	// cluster. Only Inspect sets it.
 	HomeSessionId int64 `protobuf:"varint,10,opt,name=home_session_id,json=homeSessionId,proto3" json:"home_session_id,omitempty"`
+	// The etcd cluster the hold is on, as operators name it (an entity shard
+	// or the coord cluster); empty when lockd fronts one cluster.
+	Cluster       string `protobuf:"bytes,11,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2238,6 +2241,13 @@ func (x *Hold) GetHomeSessionId() int64 {
 		return x.HomeSessionId
 	}
 	return 0
+}
+
+func (x *Hold) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
 }
 
 // Waiter is one Acquire waiting in line for a key: in the key's durable line
@@ -5422,7 +5432,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"\"\n" +
 	"\x0eInspectRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\xfc\x02\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x96\x03\n" +
 	"\x04Hold\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
@@ -5436,7 +5446,8 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\awaiters\x18\b \x01(\x05R\awaiters\x12C\n" +
 	"\x10session_ttl_left\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0esessionTtlLeft\x12&\n" +
 	"\x0fhome_session_id\x18\n" +
-	" \x01(\x03R\rhomeSessionId\"\xac\x01\n" +
+	" \x01(\x03R\rhomeSessionId\x12\x18\n" +
+	"\acluster\x18\v \x01(\tR\acluster\"\xac\x01\n" +
 	"\x06Waiter\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x1d\n" +
 	"\n" +

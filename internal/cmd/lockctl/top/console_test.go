@@ -3,6 +3,7 @@ package top
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -16,9 +17,11 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/cli/iostreams"
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -482,4 +485,128 @@ func TestRefreshKeepsOneTickChain(t *testing.T) {
 	require.NotNil(t, cmd, "the tick chain's refresh schedules the next tick")
 	_, cmd = m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("r")})
 	require.False(t, cmd().(fetchedMsg).next)
+}
+
+// sharded is sampleWithClasses on a lockd fronting a coord cluster and two
+// entity shards: the ledger keys on shard-2, the rest on the first shard,
+// shard-3 holding nothing and sealed.
+func sharded() Data {
+	d := sampleWithClasses()
+	on := map[string]string{"payments/ledger/1": "shard-2", "payments/ledger/2": "shard-2", "payments/export/1": "entity", "platform/leader": "entity"}
+	var holds []*lockv1.Hold
+	for _, h := range d.Holds.GetHolds() {
+		c := proto.Clone(h).(*lockv1.Hold)
+		c.Cluster = on[h.GetKey()]
+		holds = append(holds, c)
+	}
+	d.Holds = &lockv1.ListHoldsResponse{Holds: holds}
+	d.Epoch = &lockv1.EpochStatusResponse{Cluster: "coord", Epoch: 1, Clusters: []*lockv1.EpochStatusResponse{
+		{Cluster: "coord", Epoch: 1}, {Cluster: "entity", Epoch: 2}, {Cluster: "shard-2", Epoch: 3},
+		{Cluster: "shard-3", Epoch: 4, Sealed: true, SealedReason: "no epoch record (a new or rebuilt cluster)"},
+	}}
+	return d
+}
+
+// TestBuildGroupsByShard: the same holds grouped by the etcd cluster they
+// are on; every cluster lockd fronts is a row, held or not, sealed ones
+// marked; the sort applies; hot keys say their shard.
+func TestBuildGroupsByShard(t *testing.T) {
+	s := Build(at, sharded(), "", SortContention, 10)
+	require.Equal(t, []ShardRow{
+		{Cluster: "shard-2", Contention: Contention{Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40}},
+		{Cluster: "entity", Contention: Contention{Holds: 2, Waiters: 1, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 300}},
+		{Cluster: "coord"},
+		{Cluster: "shard-3", Sealed: true},
+	}, s.Shards)
+	require.Equal(t, "shard-2", s.Hot[0].Cluster)
+	require.Equal(t, []string{"coord", "entity", "shard-2", "shard-3"}, clustersOf(Build(at, sharded(), "", SortName, 10).Shards))
+	require.Equal(t, []string{"entity", "shard-2", "coord", "shard-3"}, clustersOf(Build(at, sharded(), "", SortHolds, 10).Shards))
+	f := Build(at, sharded(), "export", SortHolds, 10)
+	require.Equal(t, "entity", f.Shards[0].Cluster)
+	require.Equal(t, 1, f.Shards[0].Holds, "the filter applies to the shard rows too")
+	require.Zero(t, f.Shards[1].Holds)
+	require.Equal(t, []string{"payments/ledger/1", "payments/ledger/2"}, keysOf(ShardKeys(sharded(), "shard-2", "", 10)))
+}
+
+func clustersOf(rows []ShardRow) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Cluster)
+	}
+	return out
+}
+
+func keysOf(keys []HotKey) []string {
+	var out []string
+	for _, k := range keys {
+		out = append(out, k.Key)
+	}
+	return out
+}
+
+// TestConsoleGroupsByShard: tab turns the table into one row per shard,
+// enter opens a shard's hottest keys (each with its class), esc goes back
+// to the shards and tab to the classes, whose keys then say their shard.
+func TestConsoleGroupsByShard(t *testing.T) {
+	src := newFake()
+	src.set(sharded(), nil)
+	t.Run("shards", func(t *testing.T) {
+		tm := console(t, src, false) // the first refresh has the shards
+		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+		waitOut(t, tm, "CLUSTER")
+		m := final(t, tm)
+		require.True(t, m.byShard)
+		v := m.View()
+		require.Contains(t, v, "lockctl top › shards")
+		require.Regexp(t, `> shard-2 +2 +3 +50%`, v, "the most contended shard first, under the cursor")
+		require.Regexp(t, `shard-3 +0 +0 +0% +0s SEALED`, v)
+		golden.RequireEqual(t, []byte(v))
+	})
+	t.Run("shard-keys", func(t *testing.T) {
+		tm := console(t, src, false) // the first refresh has the shards
+		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+		keys(tm, "j<enter>")
+		waitOut(t, tm, "› shard entity")
+		m := final(t, tm)
+		require.Equal(t, screenKeys, m.screen)
+		require.Equal(t, "entity", m.shard)
+		require.Equal(t, []string{"platform/leader", "payments/export/1"}, keysOf(m.keys()))
+		v := m.View()
+		require.Regexp(t, `platform/leader +platform/leader-election +1`, v, "a shard's keys say their class")
+		golden.RequireEqual(t, []byte(v))
+	})
+	t.Run("class-keys-say-their-shard", func(t *testing.T) {
+		tm := console(t, src, false) // the first refresh has the shards
+		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+		keys(tm, "<enter><esc>")
+		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+		keys(tm, "<enter>")
+		m := final(t, tm)
+		require.False(t, m.byShard)
+		require.Equal(t, "payments/ledger-writes", m.class)
+		require.Regexp(t, `payments/ledger/1 +shard-2 +3`, m.View())
+	})
+}
+
+// TestOnceGroupsByShard: --once --group shard prints the shard table; the
+// JSON is the whole snapshot, shards included.
+func TestOnceGroupsByShard(t *testing.T) {
+	var out, errOut bytes.Buffer
+	p := &printer.Printer{Format: printer.FormatTable, Out: &out, ErrOut: &errOut, TTY: true, Now: func() time.Time { return at }}
+	require.NoError(t, p.Print(ByShard{Build(at, sharded(), "", SortContention, 10)}))
+	golden.RequireEqual(t, out.Bytes())
+	p.TTY = false
+
+	out.Reset()
+	p.Format = printer.FormatJSON
+	require.NoError(t, p.Print(ByShard{Build(at, sharded(), "", SortContention, 10)}))
+	var s Snapshot
+	require.NoError(t, json.Unmarshal(out.Bytes(), &s))
+	require.Len(t, s.Shards, 4)
+	require.Len(t, s.Classes, 4, "the JSON keeps the classes")
+
+	out.Reset()
+	p.Format = printer.FormatTable
+	require.NoError(t, p.Print(ByShard{Build(at, sample, "", SortContention, 10)}))
+	require.Contains(t, out.String()+errOut.String(), "lockd fronts one etcd cluster: there are no shards to group by")
 }

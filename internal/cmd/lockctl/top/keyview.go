@@ -11,26 +11,53 @@ import (
 // soonDefault is "expiring soon" for a session whose class TTL is unknown.
 const soonDefault = 5 * time.Second
 
-const keysFormat = "%-40s %8s %8s %12s  %s"
+const (
+	keysFormat      = "%-40s %8s %8s %12s  %s"
+	keysExtraFormat = "%-40s %-24s %8s %8s %12s  %s" // with a SHARD or CLASS column
+)
 
-// keysView is the opened class's hottest keys.
+// keysView is the opened class's (or shard's) hottest keys. Keys of a
+// class say their shard when lockd fronts several clusters; keys of a
+// shard say their class.
 func (m model) keysView() string {
 	var b strings.Builder
-	b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf(keysFormat, "KEY", "WAITERS", "AGE", "SESSION LEFT", "HOLDER")) + "\n")
 	keys := m.keys()
+	extra := "" // the extra column's name
+	switch {
+	case m.byShard:
+		extra = "CLASS"
+	case m.snap != nil && len(m.snap.Shards) > 0:
+		extra = "SHARD"
+	}
+	format := keysFormat
+	header := []any{"KEY", "WAITERS", "AGE", "SESSION LEFT", "HOLDER"}
+	if extra != "" {
+		format = keysExtraFormat
+		header = append([]any{"KEY", extra}, header[1:]...)
+	}
+	b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf(format, header...)) + "\n")
 	if len(keys) == 0 {
-		b.WriteString(m.st.dim.Render("  no holds in this class") + "\n")
+		what := "class"
+		if m.byShard {
+			what = "shard"
+		}
+		b.WriteString(m.st.dim.Render("  no holds on this "+what) + "\n")
 		return b.String()
 	}
-	soonAt := m.soonAt(m.class)
 	for i, k := range keys {
 		left, soon := "-", false
 		if k.SessionTTLLeftSeconds != nil {
 			d := cmdutil.Duration(*k.SessionTTLLeftSeconds)
-			left, soon = d.Round(time.Second).String(), d < soonAt
+			left, soon = d.Round(time.Second).String(), d < m.soonAt(k.Class)
 		}
-		line := fmt.Sprintf(keysFormat, k.Key, fmt.Sprint(k.Waiters), k.age(), left, k.Holder)
-		b.WriteString(m.row(line, i == m.keyCur, k.Waiters > 0, soon) + "\n")
+		cols := []any{k.Key, fmt.Sprint(k.Waiters), k.age(), left, k.Holder}
+		switch extra {
+		case "CLASS":
+			cols = append([]any{k.Key, k.Class}, cols[1:]...)
+		case "SHARD":
+			cols = append([]any{k.Key, k.Cluster}, cols[1:]...)
+		}
+		b.WriteString(m.row(fmt.Sprintf(format, cols...), i == m.keyCur, k.Waiters > 0, soon) + "\n")
 	}
 	return b.String()
 }
@@ -64,6 +91,9 @@ func (m model) keyView() string {
 	} else {
 		h := in.GetHold()
 		field("class", h.GetClass())
+		if in.GetRange() != "" {
+			field("shard", fmt.Sprintf("%s (range %s, map version %d)", in.GetCluster(), in.GetRange(), in.GetShardMapVersion()))
+		}
 		field("holder", fmt.Sprintf("%s (session %d)", h.GetHolder(), h.GetSessionId()))
 		field("held for", (h.GetAge().AsDuration() + since).Round(time.Second).String())
 		if h.GetSessionTtlLeft() == nil {

@@ -49,6 +49,11 @@ type model struct {
 	keyCur   int
 	class    string // the class opened ("namespace/name")
 	key      string // the key opened
+	// byShard: the main table groups holds by the etcd cluster they are
+	// on (tab switches); shard is the one opened.
+	byShard  bool
+	shardCur int
+	shard    string
 
 	inspect     *lockv1.InspectResponse
 	inspectedAt time.Time
@@ -148,11 +153,17 @@ func (m *model) rebuild() {
 	}
 	m.snap = Build(m.at, m.data, m.filter, m.sortBy, keysShown)
 	m.classCur = clamp(m.classCur, len(m.snap.Classes))
+	m.shardCur = clamp(m.shardCur, len(m.snap.Shards))
 	m.keyCur = clamp(m.keyCur, len(m.keys()))
 }
 
-// keys are the opened class's hottest keys.
-func (m model) keys() []HotKey { return ClassKeys(m.data, m.class, m.filter, keysShown) }
+// keys are the opened class's or shard's hottest keys.
+func (m model) keys() []HotKey {
+	if m.byShard {
+		return ShardKeys(m.data, m.shard, m.filter, keysShown)
+	}
+	return ClassKeys(m.data, m.class, m.filter, keysShown)
+}
 
 func clamp(i, n int) int { return max(0, min(i, n-1)) }
 

@@ -11,17 +11,57 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// ClassRow is contention for one class.
-type ClassRow struct {
-	Namespace string `json:"namespace"`
-	Class     string `json:"class"`
-	Holds     int    `json:"holds"`
-	// Waiters queued behind this class's holds; Contended is how many of
-	// its holds have anyone waiting, and Ratio is Contended/Holds.
+// Contention is the holds of a group of keys (a class, a shard) and the
+// waiters behind them.
+type Contention struct {
+	Holds int `json:"holds"`
+	// Waiters queued behind these holds; Contended is how many of the
+	// holds have anyone waiting, and Ratio is Contended/Holds.
 	Waiters            int     `json:"waiters"`
 	Contended          int     `json:"contended"`
 	Ratio              float64 `json:"contention_ratio"`
 	LongestHoldSeconds float64 `json:"longest_hold_seconds"`
+}
+
+// add counts hold h.
+func (c *Contention) add(h *lockv1.Hold) {
+	c.Holds++
+	c.Waiters += int(h.GetWaiters())
+	if h.GetWaiters() > 0 {
+		c.Contended++
+	}
+	c.LongestHoldSeconds = max(c.LongestHoldSeconds, cmdutil.Seconds(h.GetAge()))
+	c.Ratio = float64(c.Contended) / float64(c.Holds)
+}
+
+// contended reports whether half or more of the holds have waiters; such
+// a row is shown in red.
+func (c Contention) contended() bool { return c.Ratio >= 0.5 }
+
+// before orders c ahead of o by the sort by (names break ties, as name
+// sorts).
+func (c Contention) before(o Contention, by, name, oname string) bool {
+	switch by {
+	case SortHolds:
+		if c.Holds != o.Holds {
+			return c.Holds > o.Holds
+		}
+	case SortContention:
+		if c.Waiters != o.Waiters {
+			return c.Waiters > o.Waiters
+		}
+		if c.Ratio != o.Ratio {
+			return c.Ratio > o.Ratio
+		}
+	}
+	return name < oname
+}
+
+// ClassRow is contention for one class.
+type ClassRow struct {
+	Namespace string `json:"namespace"`
+	Class     string `json:"class"`
+	Contention
 	// From the lockd answering, since it started: grants, their p99
 	// latency (a histogram bound: at most), and the namespace's sessions
 	// that expired without release.
@@ -37,10 +77,22 @@ type ClassRow struct {
 	LongestEndedLastHourSeconds *float64 `json:"longest_ended_last_hour_seconds,omitempty"`
 }
 
+// ShardRow is contention on one etcd cluster (an entity shard, or the
+// coord cluster) when lockd fronts several.
+type ShardRow struct {
+	Cluster string `json:"cluster"`
+	Contention
+	// Sealed: lockd refuses every grant of this cluster's keys until
+	// operators advance its epoch.
+	Sealed bool `json:"sealed,omitempty"`
+}
+
 // HotKey is one of the most contended keys.
 type HotKey struct {
-	Key        string  `json:"key"`
-	Class      string  `json:"class"`
+	Key   string `json:"key"`
+	Class string `json:"class"`
+	// Cluster is the etcd cluster the hold is on when lockd fronts several.
+	Cluster    string  `json:"cluster,omitempty"`
 	Holder     string  `json:"holder"`
 	Waiters    int     `json:"waiters"`
 	AgeSeconds float64 `json:"age_seconds"`
@@ -51,8 +103,11 @@ type HotKey struct {
 
 // Snapshot is one refresh of `lockctl top`.
 type Snapshot struct {
-	At        time.Time  `json:"at"`
-	Classes   []ClassRow `json:"classes"`
+	At      time.Time  `json:"at"`
+	Classes []ClassRow `json:"classes"`
+	// Shards groups the same holds by the etcd cluster they are on, when
+	// lockd fronts several (every cluster it fronts is listed, held or not).
+	Shards    []ShardRow `json:"shards,omitempty"`
 	Hot       []HotKey   `json:"hot_keys"`
 	Truncated bool       `json:"truncated"`
 	// Sealed: lockd refuses every grant until operators advance the epoch.
@@ -109,6 +164,12 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 			s.SealedReason = s.SealedClusters[0].Reason
 		}
 	}
+	shards := map[string]*ShardRow{}
+	if cs := d.Epoch.GetClusters(); len(cs) > 1 {
+		for _, c := range cs {
+			shards[c.GetCluster()] = &ShardRow{Cluster: c.GetCluster(), Sealed: c.GetSealed()}
+		}
+	}
 	rows := map[string]*ClassRow{}
 	for _, st := range d.Stats.GetStats() {
 		ref := st.GetNamespace() + "/" + st.GetClass()
@@ -148,44 +209,35 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 			r = &ClassRow{Namespace: ns, Class: name}
 			rows[h.GetClass()] = r
 		}
-		age := cmdutil.Seconds(h.GetAge())
-		r.Holds++
-		r.Waiters += int(h.GetWaiters())
-		if h.GetWaiters() > 0 {
-			r.Contended++
+		r.add(h)
+		if c := h.GetCluster(); c != "" {
+			if shards[c] == nil {
+				shards[c] = &ShardRow{Cluster: c}
+			}
+			shards[c].add(h)
 		}
-		r.LongestHoldSeconds = max(r.LongestHoldSeconds, age)
 		s.Hot = append(s.Hot, hotKey(h))
 	}
 	for _, r := range rows {
-		if r.Holds > 0 {
-			r.Ratio = float64(r.Contended) / float64(r.Holds)
-		}
 		s.Classes = append(s.Classes, *r)
 	}
 	sort.Slice(s.Classes, func(i, j int) bool {
 		a, b := s.Classes[i], s.Classes[j]
-		switch by {
-		case SortHolds:
-			if a.Holds != b.Holds {
-				return a.Holds > b.Holds
-			}
-		case SortContention:
-			if a.Waiters != b.Waiters {
-				return a.Waiters > b.Waiters
-			}
-			if a.Ratio != b.Ratio {
-				return a.Ratio > b.Ratio
-			}
-		}
-		return a.Namespace+"/"+a.Class < b.Namespace+"/"+b.Class
+		return a.before(b.Contention, by, a.Ref(), b.Ref())
+	})
+	for _, r := range shards {
+		s.Shards = append(s.Shards, *r)
+	}
+	sort.Slice(s.Shards, func(i, j int) bool {
+		a, b := s.Shards[i], s.Shards[j]
+		return a.before(b.Contention, by, a.Cluster, b.Cluster)
 	})
 	s.Hot = hottest(s.Hot, hotN)
 	return s
 }
 
 func hotKey(h *lockv1.Hold) HotKey {
-	k := HotKey{Key: h.GetKey(), Class: h.GetClass(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()),
+	k := HotKey{Key: h.GetKey(), Class: h.GetClass(), Cluster: h.GetCluster(), Holder: h.GetHolder(), Waiters: int(h.GetWaiters()),
 		AgeSeconds: cmdutil.Seconds(h.GetAge())}
 	if h.GetSessionTtlLeft() != nil {
 		left := cmdutil.Seconds(h.GetSessionTtlLeft())
@@ -220,6 +272,18 @@ func ClassKeys(d Data, class, filter string, n int) []HotKey {
 	return hottest(keys, n)
 }
 
+// ShardKeys are the n hottest keys held on cluster matching filter (a
+// substring of the key or its class; empty keeps all).
+func ShardKeys(d Data, cluster, filter string, n int) []HotKey {
+	keys := []HotKey{}
+	for _, h := range d.Holds.GetHolds() {
+		if h.GetCluster() == cluster && (filter == "" || strings.Contains(h.GetKey(), filter) || strings.Contains(h.GetClass(), filter)) {
+			keys = append(keys, hotKey(h))
+		}
+	}
+	return hottest(keys, n)
+}
+
 // ClassTTLs maps "namespace/name" to the class TTL, from ListClasses.
 func ClassTTLs(d Data) map[string]time.Duration {
 	ttl := map[string]time.Duration{}
@@ -247,26 +311,69 @@ var classColumns = []column{
 	{"EXPIRIES", 9, false}, {"EXP 1H", 7, false}, {"LONGEST 1H", 11, false},
 }
 
-func columnNames() []string {
-	names := make([]string, len(classColumns))
-	for i, c := range classColumns {
+// shardColumns are the shard table's columns, in the order of cells.
+var shardColumns = []column{
+	{"CLUSTER", 14, true}, {"HOLDS", 6, false}, {"WAITERS", 8, false}, {"CONTENDED", 10, false},
+	{"LONGEST HOLD", 13, false}, {"STATE", 7, true},
+}
+
+func columnNames(cols []column) []string {
+	names := make([]string, len(cols))
+	for i, c := range cols {
 		names[i] = c.name
 	}
 	return names
 }
 
-// contended reports whether half or more of the class's holds have
-// waiters; such a row is shown in red.
-func (r ClassRow) contended() bool { return r.Ratio >= 0.5 }
+// ratioCell is the contended share, red when contended.
+func (c Contention) ratioCell() printer.Cell {
+	ratio := printer.Cell{Text: fmt.Sprintf("%.0f%%", c.Ratio*100)}
+	if c.contended() {
+		ratio.Style = printer.Red
+	}
+	return ratio
+}
+
+// cells is the one rendering of a shard row, for the --once table and the
+// TUI alike; longest formats the longest hold.
+func (r ShardRow) cells(longest func(time.Duration) string) []printer.Cell {
+	state := printer.Cell{Text: "serving"}
+	if r.Sealed {
+		state = printer.Cell{Text: "SEALED", Style: printer.Red}
+	}
+	return []printer.Cell{{Text: r.Cluster}, {Text: fmt.Sprint(r.Holds)}, {Text: fmt.Sprint(r.Waiters)}, r.ratioCell(),
+		{Text: longest(cmdutil.Duration(r.LongestHoldSeconds))}, state}
+}
+
+// ByShard prints s grouped by shard: the table is its shard rows (JSON
+// and YAML are the whole snapshot).
+type ByShard struct{ *Snapshot }
+
+// WriteTable implements printer.Tabular.
+func (s ByShard) WriteTable(t *printer.Table) {
+	t.Header(columnNames(shardColumns)...)
+	for _, r := range s.Shards {
+		t.RowCells(r.cells(t.Duration)...)
+	}
+}
+
+// noShards says why a shard table is empty.
+const noShards = "lockd fronts one etcd cluster: there are no shards to group by"
+
+// Notes implements printer.Noter: the snapshot's, and why there are no
+// shard rows when there are none.
+func (s ByShard) Notes() []string {
+	n := s.Snapshot.Notes()
+	if len(s.Shards) == 0 {
+		n = append([]string{noShards}, n...)
+	}
+	return n
+}
 
 // cells is the one rendering of a class row, for the --once table and the
 // TUI alike; longest formats the longest hold.
 func (r ClassRow) cells(longest func(time.Duration) string) []printer.Cell {
-	ratio := printer.Cell{Text: fmt.Sprintf("%.0f%%", r.Ratio*100)}
-	if r.contended() {
-		ratio.Style = printer.Red
-	}
-	return []printer.Cell{{Text: r.Namespace}, {Text: r.Class}, {Text: fmt.Sprint(r.Holds)}, {Text: fmt.Sprint(r.Waiters)}, ratio,
+	return []printer.Cell{{Text: r.Namespace}, {Text: r.Class}, {Text: fmt.Sprint(r.Holds)}, {Text: fmt.Sprint(r.Waiters)}, r.ratioCell(),
 		{Text: longest(cmdutil.Duration(r.LongestHoldSeconds))}, {Text: fmt.Sprint(r.Grants)},
 		{Text: cmdutil.Duration(r.GrantP99Seconds).String()}, {Text: fmt.Sprint(r.ExpiriesWithoutRelease)},
 		{Text: lastHourCount(r.ExpiriesLastHour)}, {Text: lastHourDuration(r.LongestEndedLastHourSeconds, longest)}}
@@ -293,7 +400,7 @@ func (h HotKey) age() time.Duration { return cmdutil.Duration(h.AgeSeconds).Roun
 
 // WriteTable implements printer.Tabular: the classes; the hot keys are notes.
 func (s *Snapshot) WriteTable(t *printer.Table) {
-	t.Header(columnNames()...)
+	t.Header(columnNames(classColumns)...)
 	for _, r := range s.Classes {
 		t.RowCells(r.cells(t.Duration)...)
 	}
@@ -338,7 +445,11 @@ func (s *Snapshot) Notes() []string {
 	}
 	for _, h := range s.Hot {
 		if h.Waiters > 0 {
-			n = append(n, fmt.Sprintf("hot: %s (%s) held by %s for %s, %d waiting", h.Key, h.Class, h.Holder, h.age(), h.Waiters))
+			where := h.Class
+			if h.Cluster != "" {
+				where += ", on " + h.Cluster
+			}
+			n = append(n, fmt.Sprintf("hot: %s (%s) held by %s for %s, %d waiting", h.Key, where, h.Holder, h.age(), h.Waiters))
 		}
 	}
 	return n

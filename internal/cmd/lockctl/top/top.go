@@ -30,13 +30,20 @@ type Options struct {
 	Interval time.Duration
 	Once     bool
 	Limit    int
+	Group    string
 }
+
+// Groupings of the table.
+const (
+	GroupClass = "class"
+	GroupShard = "shard"
+)
 
 // NewCmdTop returns `lockctl top`.
 func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	opts := &Options{IO: f.IOStreams, Client: f.Client, Printer: f.Printer, Now: f.Now}
 	cmd := &cobra.Command{
-		Use:   "top [--prefix <ns/>] [--filter <text>] [--sort contention|holds|name] [--once]",
+		Use:   "top [--prefix <ns/>] [--filter <text>] [--sort contention|holds|name] [--group class|shard] [--once]",
 		Short: "Contention at a glance: holds, waiters and the hottest keys per class",
 		Long: cmdutil.Doc(`
 			Show, per namespace and class you may see:
@@ -46,6 +53,11 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			  their p99 latency and the sessions that expired without release.
 
 			With no --prefix, every namespace you may see is listed.
+
+			When lockd fronts several etcd clusters (entity shards), --group shard (or
+			tab in the console) groups the same holds by the cluster they are on
+			instead: a shard with waiters piling up, or sealed, stands out; enter
+			opens its hottest keys. A class's keys then say their shard.
 
 			On a terminal it is a console: up/down (j/k) move, / filters as you type,
 			s cycles the sort, enter opens a class's hottest keys and then a key (its
@@ -67,6 +79,7 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			$ lockctl top
 			$ lockctl top --prefix payments/ --sort holds
 			$ lockctl top --once -o json | jq '.classes[] | select(.waiters > 0)'
+			$ lockctl top --once --group shard
 		`),
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -74,6 +87,9 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 			case SortContention, SortHolds, SortName:
 			default:
 				return cli.Usagef("--sort must be contention, holds or name, got %q", opts.Sort)
+			}
+			if opts.Group != GroupClass && opts.Group != GroupShard {
+				return cli.Usagef("--group must be class or shard, got %q", opts.Group)
 			}
 			if opts.Interval < 500*time.Millisecond {
 				return cli.Usagef("--interval must be at least 500ms, got %s", opts.Interval)
@@ -90,6 +106,7 @@ func NewCmdTop(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command {
 	cmd.Flags().DurationVar(&opts.Interval, "interval", 2*time.Second, "refresh interval")
 	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one snapshot and exit (for scripts)")
 	cmd.Flags().IntVar(&opts.Limit, "limit", 10000, "at most this many holds are listed per refresh")
+	cmd.Flags().StringVar(&opts.Group, "group", GroupClass, "group the table by class or by shard (the etcd cluster holds are on)")
 	return cmd
 }
 
@@ -100,7 +117,11 @@ func run(ctx context.Context, opts *Options) error {
 			if err != nil {
 				return err
 			}
-			return opts.Printer().Print(Build(opts.Now(), d, opts.Filter, opts.Sort, 10))
+			s := Build(opts.Now(), d, opts.Filter, opts.Sort, 10)
+			if opts.Group == GroupShard {
+				return opts.Printer().Print(ByShard{s})
+			}
+			return opts.Printer().Print(s)
 		})
 	}
 	c, err := opts.Client()
@@ -111,6 +132,7 @@ func run(ctx context.Context, opts *Options) error {
 	m := newModel(NewSource(c, opts.Prefix, opts.Limit), opts.Now, opts.Interval, opts.Filter, opts.Sort,
 		newStyles(opts.IO.ColorEnabled()))
 	m.secrets = []string{cmdutil.Getenv(cmdutil.EnvOperatorToken)}
+	m.byShard = opts.Group == GroupShard
 	p := tea.NewProgram(m, tea.WithAltScreen(), tea.WithContext(ctx), tea.WithInput(opts.IO.In), tea.WithOutput(opts.IO.Out))
 	_, err = p.Run()
 	return err

@@ -47,8 +47,9 @@ var sample = Data{Holds: &lockv1.ListHoldsResponse{Holds: []*lockv1.Hold{
 func TestBuild(t *testing.T) {
 	s := Build(at, sample, "", SortContention, 2)
 	require.Len(t, s.Classes, 4, "a class with grants but no holds now still shows")
-	require.Equal(t, ClassRow{Namespace: "payments", Class: "ledger-writes", Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40,
+	require.Equal(t, ClassRow{Namespace: "payments", Class: "ledger-writes", Contention: Contention{Holds: 2, Waiters: 3, Contended: 1, Ratio: 0.5, LongestHoldSeconds: 40},
 		Grants: 1200, GrantP99Seconds: 0.04, ExpiriesWithoutRelease: 2}, s.Classes[0])
+	require.Empty(t, s.Shards, "one cluster: no shard rows")
 	require.Equal(t, "leader-election", s.Classes[1].Class)
 	require.Equal(t, []string{"payments/ledger/1", "platform/leader"}, []string{s.Hot[0].Key, s.Hot[1].Key})
 

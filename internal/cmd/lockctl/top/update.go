@@ -104,6 +104,10 @@ func (m model) onKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case "s":
 		m.sortBy = map[string]string{SortContention: SortHolds, SortHolds: SortName, SortName: SortContention}[m.sortBy]
 		m.rebuild()
+	case "tab":
+		if m.screen == screenClasses {
+			m.byShard = !m.byShard
+		}
 	case "r":
 		if m.screen == screenKey {
 			return m, tea.Batch(m.refresh(false), m.inspectKey())
@@ -124,7 +128,11 @@ func (m model) onKey(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 func (m *model) move(d int) {
 	switch m.screen {
 	case screenClasses:
-		if m.snap != nil {
+		switch {
+		case m.snap == nil:
+		case m.byShard:
+			m.shardCur = clamp(m.shardCur+d, len(m.snap.Shards))
+		default:
 			m.classCur = clamp(m.classCur+d, len(m.snap.Classes))
 		}
 	case screenKeys:
@@ -132,14 +140,18 @@ func (m *model) move(d int) {
 	}
 }
 
-// open drills down: a class to its keys, a key to its detail.
+// open drills down: a class (or shard) to its keys, a key to its detail.
 func (m model) open() (tea.Model, tea.Cmd) {
 	switch m.screen {
 	case screenClasses:
-		if m.snap == nil || len(m.snap.Classes) == 0 {
+		switch {
+		case m.snap == nil:
 			return m, nil
+		case m.byShard && len(m.snap.Shards) > 0:
+			m.shard, m.keyCur, m.screen = m.snap.Shards[m.shardCur].Cluster, 0, screenKeys
+		case !m.byShard && len(m.snap.Classes) > 0:
+			m.class, m.keyCur, m.screen = m.snap.Classes[m.classCur].Ref(), 0, screenKeys
 		}
-		m.class, m.keyCur, m.screen = m.snap.Classes[m.classCur].Ref(), 0, screenKeys
 	case screenKeys:
 		keys := m.keys()
 		if len(keys) == 0 {
@@ -158,7 +170,7 @@ func (m *model) back() {
 	case screenKey:
 		m.screen, m.key, m.inspect, m.notice, m.actErr = screenKeys, "", nil, "", nil
 	case screenKeys:
-		m.screen, m.class = screenClasses, ""
+		m.screen, m.class, m.shard = screenClasses, "", ""
 	default:
 		m.filter = ""
 		m.rebuild()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockd-dev/lockd/internal/cli/printer"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/pkg/client"
 )
@@ -29,6 +30,8 @@ func (m model) View() string {
 		b.WriteString(m.keyView())
 	case m.screen == screenKeys:
 		b.WriteString(m.keysView())
+	case m.byShard:
+		b.WriteString(m.shardsView())
 	default:
 		b.WriteString(m.classesView())
 	}
@@ -37,12 +40,19 @@ func (m model) View() string {
 }
 
 func (m model) header() string {
-	crumb := ""
+	crumb, opened := "", m.class
+	if m.byShard {
+		opened = "shard " + m.shard
+	}
 	switch m.screen {
+	case screenClasses:
+		if m.byShard {
+			crumb = " › shards"
+		}
 	case screenKeys:
-		crumb = " › " + m.class
+		crumb = " › " + opened
 	case screenKey:
-		crumb = " › " + m.class + " › " + m.key
+		crumb = " › " + opened + " › " + m.key
 	}
 	at := "-"
 	if !m.at.IsZero() {
@@ -164,20 +174,40 @@ func (m model) row(line string, cursor, hot, soon bool) string {
 	return mark + style.Render(line)
 }
 
+// texts are cells' texts, the longest hold to the second.
+func texts(cells func(longest func(time.Duration) string) []printer.Cell) []string {
+	cs := cells(func(d time.Duration) string { return d.Round(time.Second).String() })
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Text
+	}
+	return out
+}
+
+// shardsView is the main table grouped by shard: one row per etcd cluster.
+func (m model) shardsView() string {
+	var b strings.Builder
+	b.WriteString("  " + m.st.hdr.Render(padded(shardColumns, columnNames(shardColumns))) + "\n")
+	if m.snap == nil || len(m.snap.Shards) == 0 {
+		b.WriteString(m.st.dim.Render("  "+noShards+" (tab: back to classes)") + "\n")
+		return b.String()
+	}
+	for i, r := range m.snap.Shards {
+		b.WriteString(m.row(padded(shardColumns, texts(r.cells)), i == m.shardCur, r.Waiters > 0 || r.Sealed, false) + "\n")
+	}
+	b.WriteString("\n" + m.st.dim.Render("  holds and waiters per etcd cluster the keys are homed on (lockctl shards status: the map and each shard's load)") + "\n")
+	return b.String()
+}
+
 func (m model) classesView() string {
 	var b strings.Builder
-	b.WriteString("  " + m.st.hdr.Render(padded(columnNames())) + "\n")
+	b.WriteString("  " + m.st.hdr.Render(padded(classColumns, columnNames(classColumns))) + "\n")
 	if m.snap == nil || len(m.snap.Classes) == 0 {
 		b.WriteString(m.st.dim.Render("  no classes or holds you may see") + "\n")
 		return b.String()
 	}
 	for i, r := range m.snap.Classes {
-		cells := r.cells(func(d time.Duration) string { return d.Round(time.Second).String() })
-		texts := make([]string, len(cells))
-		for j, c := range cells {
-			texts[j] = c.Text
-		}
-		b.WriteString(m.row(padded(texts), i == m.classCur, r.Waiters > 0, false) + "\n")
+		b.WriteString(m.row(padded(classColumns, texts(r.cells)), i == m.classCur, r.Waiters > 0, false) + "\n")
 	}
 	cur := m.snap.Classes[m.classCur].Ref()
 	n := len(m.hist[cur])
@@ -214,6 +244,9 @@ func (m model) footer() string {
 		return "/" + m.filter + "█" + m.st.dim.Render("   enter keep · esc clear")
 	}
 	hints := "↑↓ move · enter open · / filter · s sort · ? help · q quit"
+	if m.snap != nil && len(m.snap.Shards) > 0 {
+		hints = "↑↓ move · enter open · tab classes/shards · / filter · s sort · ? help · q quit"
+	}
 	switch m.screen {
 	case screenKeys:
 		hints = "↑↓ move · enter key · esc back · / filter · ? help · q quit"
@@ -223,11 +256,11 @@ func (m model) footer() string {
 	return m.st.dim.Render(hints)
 }
 
-// padded lays texts out in classColumns' widths, one space apart.
-func padded(texts []string) string {
+// padded lays texts out in cols' widths, one space apart.
+func padded(cols []column, texts []string) string {
 	parts := make([]string, len(texts))
 	for i, t := range texts {
-		c := classColumns[i]
+		c := cols[i]
 		if c.left {
 			parts[i] = fmt.Sprintf("%-*s", c.width, t)
 		} else {
