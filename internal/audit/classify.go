@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/internal/shardmove"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 
@@ -87,6 +90,12 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 	}
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
+		if strings.HasPrefix(k, shardmove.PlanPrefix) {
+			if ev.Type == clientv3.EventTypePut {
+				rows = append(rows, s.moves(ev, after, rev, observed)...)
+			}
+			continue
+		}
 		if strings.HasPrefix(k, keyspace.UnprotectedPrefix) {
 			// Shipping puts a grant only if it is absent: its creation is
 			// the row; anything else done to the key is not a grant.
@@ -143,6 +152,59 @@ func (s *stream) classify(rev int64, evs []*clientv3.Event, observed time.Time) 
 		delete(s.revoking, id)
 	}
 	s.epoch = after
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
+	return rows
+}
+
+// moves are the rows of a shard plan's step at rev, one per range it moves
+// that had holds or waiters (its live ranges, and its stragglers: ranges
+// granted on their old shard while the drain began), keyed by the range:
+// draining (a live range closed on its old shard), settling (the map
+// flipped: each range moved, a straggler's new shard waiting for its old
+// holds), done (a straggler's range served at last) and failed. Other
+// writes of the plan (its progress, a proposal, an approval) make none,
+// nor does a plan that moves no live range: no holder's history changes.
+func (s *stream) moves(ev *clientv3.Event, epoch uint32, rev int64, observed time.Time) []Event {
+	var p, prev shardmove.Plan
+	if err := json.Unmarshal(ev.Kv.Value, &p); err != nil {
+		s.bad++
+		return nil
+	}
+	if ev.PrevKv != nil {
+		_ = json.Unmarshal(ev.PrevKv.Value, &prev)
+	}
+	if p.State == prev.State {
+		return nil
+	}
+	var rows []Event
+	add := func(m shardmove.Move, format string) {
+		why := fmt.Sprintf("shard plan %s (map version %d to %d): %s", p.ID, p.From, p.From+1, fmt.Sprintf(format, m.Range, m.From, m.To, p.Err))
+		if p.Reason != "" {
+			why += "; requested: " + p.Reason
+		}
+		rows = append(rows, Event{ClusterID: s.clusterID, Epoch: epoch, Revision: rev, Key: m.Range, Kind: KindMove, ObservedAt: observed,
+			Requester: p.Requester, Approver: p.Approver, Reason: why})
+	}
+	for _, m := range p.Live {
+		switch p.State {
+		case shardmove.StateDraining:
+			add(m, "%[1]s closed on %[2]s to drain before it moves to %[3]s")
+		case shardmove.StateSettling:
+			add(m, "%[1]s moved from %[2]s to %[3]s, served there from now")
+		case shardmove.StateFailed:
+			add(m, "%[1]s not moved from %[2]s to %[3]s: the plan failed: %[4]s")
+		}
+	}
+	for _, m := range p.Stragglers {
+		switch p.State {
+		case shardmove.StateSettling:
+			add(m, "%[1]s moved from %[2]s to %[3]s, which grants it once the holds %[2]s granted during the drain are gone")
+		case shardmove.StateDone:
+			add(m, "%[1]s served on %[3]s from now: the holds %[2]s granted during the drain are gone")
+		case shardmove.StateFailed:
+			add(m, "%[1]s not moved from %[2]s to %[3]s: the plan failed: %[4]s")
+		}
+	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
 	return rows
 }

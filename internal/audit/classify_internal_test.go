@@ -10,7 +10,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/keyspace"
+	"github.com/lockd-dev/lockd/internal/shardmove"
 )
+
+// plan is plan p1 in state, moving pay/ and pay/x/ (live) from e1 to e2,
+// with stragglers.
+func plan(state string, stragglers ...shardmove.Move) *shardmove.Plan {
+	p := &shardmove.Plan{ID: "p1", From: 3, Requester: "op1", Approver: "op2", Reason: "INC-9 hot tenant", State: state,
+		Live: []shardmove.Move{{Range: "pay/", From: "e1", To: "e2", Live: 2}, {Range: "pay/x/", From: "e1", To: "e2", Live: 1}}, Stragglers: stragglers}
+	if state == shardmove.StateFailed {
+		p.Err = "e2 is gone"
+	}
+	return p
+}
+
+func planKV(p *shardmove.Plan) *mvccpb.KeyValue { return kv(shardmove.PlanPrefix+p.ID, p, 0, 5, 20) }
 
 func kv(key string, v any, lease, create, mod int64) *mvccpb.KeyValue {
 	b, _ := json.Marshal(v)
@@ -70,6 +84,32 @@ func TestClassifyTellsEveryEndApart(t *testing.T) {
 			del("/l/pay/42", 20, aliceHold), del(keyspace.GraceKey, 20, nil)},
 			[]Event{{Key: "/sys/epoch", Kind: KindEpochAdvance, FromEpoch: 3, ToEpoch: 4},
 				{Key: "pay/42", Kind: KindEpochAdvance, EndedHolder: alice.Identity, EndedSession: 7, EndedToken: tok(3, 10)}}},
+		{"a plan starts draining: a row per live range, keyed by the range", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateDraining)), planKV(plan(shardmove.StateApproved)))},
+			[]Event{{Key: "pay/", Kind: KindMove, Requester: "op1", Approver: "op2",
+				Reason: "shard plan p1 (map version 3 to 4): pay/ closed on e1 to drain before it moves to e2; requested: INC-9 hot tenant"},
+				{Key: "pay/x/", Kind: KindMove, Requester: "op1", Approver: "op2",
+					Reason: "shard plan p1 (map version 3 to 4): pay/x/ closed on e1 to drain before it moves to e2; requested: INC-9 hot tenant"}}},
+		{"a plan flips: each range moved, a straggler's waiting for its old holds", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateSettling, shardmove.Move{Range: "pay/y/", From: "e1", To: "e2"})), planKV(plan(shardmove.StateFlipping)))},
+			[]Event{
+				{Key: "pay/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/ moved from e1 to e2, served there from now; requested: INC-9 hot tenant"},
+				{Key: "pay/x/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/x/ moved from e1 to e2, served there from now; requested: INC-9 hot tenant"},
+				{Key: "pay/y/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/y/ moved from e1 to e2, which grants it once the holds e1 granted during the drain are gone; requested: INC-9 hot tenant"}}},
+		{"a plan is done: its stragglers' ranges served", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateDone, shardmove.Move{Range: "pay/y/", From: "e1", To: "e2"})), planKV(plan(shardmove.StateSettling)))},
+			[]Event{
+				{Key: "pay/y/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/y/ served on e2 from now: the holds e1 granted during the drain are gone; requested: INC-9 hot tenant"}}},
+		{"a plan fails: why", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateFailed)), planKV(plan(shardmove.StateDraining)))},
+			[]Event{
+				{Key: "pay/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/ not moved from e1 to e2: the plan failed: e2 is gone; requested: INC-9 hot tenant"},
+				{Key: "pay/x/", Kind: KindMove, Requester: "op1", Approver: "op2", Reason: "shard plan p1 (map version 3 to 4): pay/x/ not moved from e1 to e2: the plan failed: e2 is gone; requested: INC-9 hot tenant"}}},
+		{"a plan done without stragglers makes no rows", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateDone)), planKV(plan(shardmove.StateSettling)))}, nil},
+		{"a plan's progress, proposal and approval make no rows", []*clientv3.Event{
+			put(planKV(plan(shardmove.StateDraining)), planKV(plan(shardmove.StateDraining))),
+			put(planKV(plan(shardmove.StateProposed)), nil)}, nil},
 		{"queues, requests, grace and the tailer's own keys make no rows", []*clientv3.Event{
 			put(kv("/q/pay/42/7", nil, 7, 20, 20), nil), put(kv("/sys/force-requests/ab", nil, 0, 20, 20), nil),
 			put(kv(keyspace.AuditPrefix+"checkpoint/abc", nil, 0, 20, 20), nil), put(kv(keyspace.SessionKey(8), nil, 8, 20, 20), nil)}, nil},

@@ -51,11 +51,19 @@ const (
 	// same time. Its end is not recorded: the hold lasted at most until its
 	// session lapsed or quorum returned.
 	KindUnprotected Kind = "unprotected-grant"
+	// KindMove: a shard plan moving a range that had holds or waiters took
+	// a step: the range was closed on its old shard to drain (draining),
+	// served on its new shard (settling, or done), or the plan failed. Key
+	// is the range (a prefix ending in "/"); Requester and Approver are the
+	// plan's operators; Reason says the plan, the step, the shards and why.
+	// It starts and ends no hold: a hold the drain ended at its bound has
+	// its own force-release row on the old shard.
+	KindMove Kind = "shard-move"
 )
 
 // Kinds is every kind of row, in the order the docs list them.
 var Kinds = []Kind{KindGrant, KindRelease, KindHandoff, KindExpiry, KindSessionClose, KindForceRelease,
-	KindEpochAdvance, KindGap, KindUnprotected}
+	KindEpochAdvance, KindGap, KindUnprotected, KindMove}
 
 // EpochKey is the Key of an epoch advance's own row.
 const EpochKey = "/sys/epoch"

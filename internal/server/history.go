@@ -77,6 +77,13 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 		gaps, err = s.history.Query(ctx, audit.Filter{Kinds: []audit.Kind{audit.KindGap}, Since: f.Since, Until: f.Until})
 		rows = mergeRows(rows, gaps)
 	}
+	if err == nil && (len(kinds) == 0 || slices.Contains(kinds, audit.KindMove)) {
+		// A move of a range the key is in belongs to the key's history
+		// (the query above finds only the ranges under a prefix asked).
+		var moves []audit.Event
+		moves, err = s.history.Query(ctx, audit.Filter{Kinds: []audit.Kind{audit.KindMove}, Since: f.Since, Until: f.Until, Limit: historyMaxLimit})
+		rows = mergeRows(rows, covering(moves, key, rows))
+	}
 	if err != nil {
 		s.log.Warn("history query failed", "err", err)
 		return nil, toStatus(fmt.Errorf("%w: the audit history did not answer: %v", arbiter.ErrUnavailable, err))
@@ -84,7 +91,13 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 	operator := s.arb.IsOperator(id)
 	resp := &lockv1.HistoryResponse{}
 	for _, r := range rows {
-		if !operator && r.Kind != audit.KindGap && !s.arb.MayRead(id, r.Key) {
+		switch {
+		case operator, r.Kind == audit.KindGap:
+		case r.Kind == audit.KindMove:
+			if !strings.HasPrefix(key, r.Key) && !s.arb.MayReadHistory(id, r.Key) {
+				continue // a range under the prefix the caller may not read
+			}
+		case !s.arb.MayRead(id, r.Key):
 			continue // under the prefix, but not a key this caller may lock
 		}
 		if len(resp.Events) == limit {
@@ -112,6 +125,30 @@ func historyKinds(names []string) ([]audit.Kind, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// covering are the move rows of ranges key is in (a range that is a
+// prefix of the key, or of the prefix asked) and not already in rows.
+func covering(moves []audit.Event, key string, rows []audit.Event) []audit.Event {
+	type id struct {
+		cluster uint64
+		epoch   uint32
+		rev     int64
+		key     string
+	}
+	have := map[id]bool{}
+	for _, r := range rows {
+		if r.Kind == audit.KindMove {
+			have[id{r.ClusterID, r.Epoch, r.Revision, r.Key}] = true
+		}
+	}
+	var out []audit.Event
+	for _, m := range moves {
+		if strings.HasPrefix(key, m.Key) && !have[id{m.ClusterID, m.Epoch, m.Revision, m.Key}] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // mergeRows merges two row lists in identity order.

@@ -58,3 +58,35 @@ func TestValidateHistoryKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAKeysHistoryHasTheMovesOfItsRange: the moves of a range a key (or
+// the prefix asked) is in join its history; moves of other ranges, and
+// rows the key's own query already found, do not.
+func TestAKeysHistoryHasTheMovesOfItsRange(t *testing.T) {
+	move := func(rev int64, rng string) audit.Event {
+		return audit.Event{ClusterID: 1, Epoch: 1, Revision: rev, Key: rng, Kind: audit.KindMove}
+	}
+	moves := []audit.Event{move(10, "pay/"), move(10, "pay/x/"), move(11, "ship/"), move(12, "pay/xy/")}
+	keys := func(rows []audit.Event) []string {
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.Key)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		key  string
+		have []audit.Event
+		want []string
+	}{
+		{"pay/x/1", nil, []string{"pay/", "pay/x/"}},
+		{"pay/xy/1", nil, []string{"pay/", "pay/xy/"}},
+		{"pay/x/", []audit.Event{move(10, "pay/x/")}, []string{"pay/"}}, // the prefix's own query found pay/x/
+		{"ship/1", nil, []string{"ship/"}},
+		{"other/1", nil, nil},
+	} {
+		if got := keys(covering(moves, tc.key, tc.have)); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s: moves %v, want %v", tc.key, got, tc.want)
+		}
+	}
+}

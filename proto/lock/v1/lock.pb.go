@@ -3943,9 +3943,10 @@ type HistoryRequest struct {
 	// At most this many rows, the oldest first (default 1000, at most 10000).
 	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Rows of these kinds only ("grant", "release", "handoff", "expiry",
-	// "session-close", "force-release", "epoch-advance", "unprotected-grant");
-	// empty: every kind. Gap rows ("gap") always come: what is missing from the
-	// history is said whatever was asked.
+	// "session-close", "force-release", "epoch-advance", "unprotected-grant",
+	// "shard-move"); empty: every kind. Gap rows ("gap") always come: what is
+	// missing from the history is said whatever was asked. The shard-move rows
+	// of the ranges the key (or prefix) is in come with it.
 	Kinds         []string `protobuf:"bytes,7,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4096,7 +4097,8 @@ type HistoryEvent struct {
 	Revision  int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Key       string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// grant, release, handoff, expiry, session-close, force-release,
-	// epoch-advance, gap or unprotected-grant.
+	// epoch-advance, gap, unprotected-grant or shard-move (key is then the
+	// range moved, a prefix ending in "/").
 	Kind  string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	Class string `protobuf:"bytes,6,opt,name=class,proto3" json:"class,omitempty"`
 	// When the tailer read the revision (etcd keeps no commit time).

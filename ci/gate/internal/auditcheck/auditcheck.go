@@ -83,6 +83,9 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 			if r.Key != audit.EpochKey {
 				ended[r.EndedToken] = append(ended[r.EndedToken], r)
 			}
+		case audit.KindMove:
+			// A range's move starts and ends no hold (one the drain ended
+			// has its own force-release row).
 		default:
 			ended[r.EndedToken] = append(ended[r.EndedToken], r)
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/audit"
 )
 
 const usage = `gate: the release gate. Runs a 3-member etcd cluster, lockd arbiters and
@@ -149,8 +151,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
 	fmt.Fprintf(stdout, "run %s, of which grants closed by design %s; floor %d grants\n", s.Ran, s.GrantsClosed, s.MinGrants)
 	a := s.Audit
-	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked (%d revoking the session, ending %d other holds), lost with the store=%d (advances %d), problems=%d\n",
-		a.Rows, a.Grants, a.Releases, a.Forces, a.Revokes, a.RevokedHolds, a.RolledBack, a.AdvancesLost, len(a.Problems))
+	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked (%d revoking the session, ending %d other holds), shard moves noted %d, lost with the store=%d (advances %d), problems=%d\n",
+		a.Rows, a.Grants, a.Releases, a.Forces, a.Revokes, a.RevokedHolds, a.ByKind[string(audit.KindMove)], a.RolledBack, a.AdvancesLost, len(a.Problems))
 	for i, p := range a.Problems {
 		if i == 5 {
 			fmt.Fprintf(stdout, "  … %d more in summary.json\n", len(a.Problems)-5)

@@ -50,7 +50,10 @@ func NewCmdHistory(f *cmdutil.Factory, runF func(*Options) error) *cobra.Command
 			are shown as notes. An unprotected grant, one lockd made without an etcd
 			quorum (token 0, for a class with onQuorumLoss: open), is shown as a
 			hold marked unprotected, with a note; its end is not recorded.
-			"lockctl unprotected" lists those of an outage.
+			"lockctl unprotected" lists those of an outage. When lockd fronts entity
+			shards, a move of the key's range to another shard (drained, served on
+			the new shard, or failed) is a note with the plan, its two operators and
+			why: tokens after it carry the new shard's higher epoch.
 
 			An argument ending in "/" is a prefix: every key under it. Operators see
 			fencing tokens; others see keys they may lock, without tokens.

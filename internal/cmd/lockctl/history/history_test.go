@@ -67,6 +67,24 @@ func TestPrintHistory(t *testing.T) {
 	golden.AssertPrinted(t, "prefix-truncated", NewView("payments/", &lockv1.HistoryResponse{Truncated: true, Events: sample(false).Events[:3]}, true))
 	golden.AssertPrinted(t, "empty", NewView("demo/x", &lockv1.HistoryResponse{}, false))
 	golden.AssertPrinted(t, "unprotected", NewView("payments/ledger/", unprotectedSample(), true))
+	golden.AssertPrinted(t, "moved", NewView("payments/ledger/42", movedSample(), false))
+}
+
+// movedSample is a hold drained from its range's old shard, the range
+// moved to shard-2, and a grant there under shard-2's higher epoch.
+func movedSample() *lockv1.HistoryResponse {
+	k := "payments/ledger/42"
+	ops := [2]string{"spiffe://lockd.local/ops/alice", "spiffe://lockd.local/ops/bob"}
+	return &lockv1.HistoryResponse{Events: []*lockv1.HistoryEvent{
+		{Epoch: 2, Revision: 10, Key: k, Kind: "grant", Class: "payments/ledger", ObservedAt: at(-time.Hour), Holder: migrator, SessionId: 7587889412345678901, AcquiredAt: at(-time.Hour)},
+		{Epoch: 1, Revision: 30, Key: "payments/ledger/", Kind: KindMove, ObservedAt: at(-40 * time.Minute), Requester: ops[0], Approver: ops[1],
+			Reason: "shard plan 20261206-010203-abcdef (map version 3 to 4): payments/ledger/ closed on entity to drain before it moves to shard-2; requested: INC-9 hot tenant"},
+		{Epoch: 2, Revision: 12, Key: k, Kind: "release", Class: "payments/ledger", ObservedAt: at(-39 * time.Minute),
+			EndedHolder: migrator, EndedSessionId: 7587889412345678901, EndedAcquiredAt: at(-time.Hour), Duration: durationpb.New(21 * time.Minute)},
+		{Epoch: 1, Revision: 33, Key: "payments/ledger/", Kind: KindMove, ObservedAt: at(-38 * time.Minute), Requester: ops[0], Approver: ops[1],
+			Reason: "shard plan 20261206-010203-abcdef (map version 3 to 4): payments/ledger/ moved from entity to shard-2, served there from now; requested: INC-9 hot tenant"},
+		{Epoch: 5, Revision: 7, Key: k, Kind: "grant", Class: "payments/ledger", ObservedAt: at(-30 * time.Minute), Holder: reconciler, SessionId: 7587889412345679002, AcquiredAt: at(-30 * time.Minute)},
+	}}
 }
 
 // unprotectedSample is a quorum loss: lockd-1 granted payments/ledger/42
@@ -112,6 +130,15 @@ func TestNewViewPairsEachStartWithItsEnd(t *testing.T) {
 	require.Equal(t, uint64(3), u.SpoolSeq)
 	require.Equal(t, int64(12), u.StartRevision)
 	require.Nil(t, u.Token)
+
+	// A move of the key's range is a move, not a hold, and ends none.
+	v = NewView("payments/ledger/42", movedSample(), false)
+	require.Len(t, v.Holds, 2)
+	require.Equal(t, EndReleased, v.Holds[0].Ended)
+	require.Equal(t, "", v.Holds[1].Ended)
+	require.Len(t, v.Moves, 2)
+	require.Equal(t, "payments/ledger/", v.Moves[0].Range)
+	require.Equal(t, [2]string{"spiffe://lockd.local/ops/alice", "spiffe://lockd.local/ops/bob"}, [2]string{v.Moves[1].Requester, v.Moves[1].Approver})
 }
 
 func TestNewCmdHistoryFlags(t *testing.T) {

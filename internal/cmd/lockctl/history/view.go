@@ -11,8 +11,11 @@ import (
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
-// KindUnprotected is the history's kind of an unprotected grant.
-const KindUnprotected = "unprotected-grant"
+// Kinds of history rows this view reads beyond holds' starts and ends.
+const (
+	KindUnprotected = "unprotected-grant" // an unprotected grant
+	KindMove        = "shard-move"        // a step of a shard plan moving a range
+)
 
 // How a hold ended (HoldView.Ended).
 const (
@@ -74,10 +77,23 @@ type AdvanceView struct {
 	At       time.Time `json:"at"`
 }
 
+// MoveView is a step of a shard plan moving a range the target is in (or
+// a range under the target prefix): Range is the range, Reason says the
+// plan, the step and the shards.
+type MoveView struct {
+	Range     string    `json:"range"`
+	Revision  int64     `json:"revision"`
+	At        time.Time `json:"at"`
+	Requester string    `json:"requester"`
+	Approver  string    `json:"approver"`
+	Reason    string    `json:"reason"`
+}
+
 // View is `lockctl history`.
 type View struct {
 	Target    string        `json:"target"`
 	Holds     []HoldView    `json:"holds"`
+	Moves     []MoveView    `json:"shard_moves,omitempty"`
 	Advances  []AdvanceView `json:"epoch_advances,omitempty"`
 	Gaps      []GapView     `json:"gaps,omitempty"`
 	Truncated bool          `json:"truncated"`
@@ -107,6 +123,10 @@ func NewView(target string, r *lockv1.HistoryResponse, prefix bool) *View {
 		switch e.GetKind() {
 		case "gap":
 			v.Gaps = append(v.Gaps, GapView{From: e.GetGapFrom(), To: e.GetGapTo(), Reason: e.GetReason(), DetectedAt: cmdutil.Time(e.GetObservedAt())})
+			continue
+		case KindMove:
+			v.Moves = append(v.Moves, MoveView{Range: e.GetKey(), Revision: e.GetRevision(), At: cmdutil.Time(e.GetObservedAt()),
+				Requester: e.GetRequester(), Approver: e.GetApprover(), Reason: e.GetReason()})
 			continue
 		case "epoch-advance":
 			if e.GetHolder() == "" && e.GetEndedHolder() == "" {
@@ -223,6 +243,10 @@ func (v *View) Notes() []string {
 			notes = append(notes, fmt.Sprintf("%s: UNPROTECTED grant to %s by arbiter %s (spool #%d) without an etcd quorum, token 0, shipped at revision %d: "+
 				"another holder may have held it at the same time; its end is not recorded", h.Key, h.Holder, h.Arbiter, h.SpoolSeq, h.StartRevision))
 		}
+	}
+	for _, m := range v.Moves {
+		notes = append(notes, fmt.Sprintf("shard move at revision %d (%s): %s; by %s, approved by %s",
+			m.Revision, m.At.UTC().Format(time.RFC3339), m.Reason, m.Requester, m.Approver))
 	}
 	for _, a := range v.Advances {
 		notes = append(notes, fmt.Sprintf("epoch advanced %d -> %d at revision %d (%s): every hold then ended", a.From, a.To, a.Revision, a.At.UTC().Format(time.RFC3339)))
