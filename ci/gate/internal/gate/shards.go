@@ -586,13 +586,24 @@ func (r *run) holdForDrain(ctx context.Context) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	key := gateKeys(r.o.Keys)[0]
-	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	l, err := c.Acquire(actx, key, "", func(*client.Lock) {}, client.Wait(15*time.Second))
-	if err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("the gate's hold of %s for the drain: %w", key, err)
+	// Any entity key of the workers will do: ask for each in turn, briefly,
+	// until one is free (a worker's child may hold one for long).
+	var keys []string
+	for _, k := range gateKeys(r.o.Keys) {
+		if r.clusterOf(k, 0) != CoordCluster {
+			keys = append(keys, k)
+		}
+	}
+	var l *client.Lock
+	for i, deadline := 0, time.Now().Add(40*time.Second); l == nil; i++ {
+		key := keys[i%len(keys)]
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		l, err = c.Acquire(actx, key, "", func(*client.Lock) {}, client.Wait(3*time.Second))
+		cancel()
+		if err != nil && (ctx.Err() != nil || time.Now().After(deadline)) {
+			_ = c.Close()
+			return nil, fmt.Errorf("the gate's hold of one of %v for the drain: %w", keys, err)
+		}
 	}
 	var once sync.Once
 	return func() {
