@@ -82,7 +82,7 @@ func (s *Server) History(ctx context.Context, req *lockv1.HistoryRequest) (*lock
 		// (the query above finds only the ranges under a prefix asked).
 		var moves []audit.Event
 		moves, err = s.history.Query(ctx, audit.Filter{Kinds: []audit.Kind{audit.KindMove}, Since: f.Since, Until: f.Until, Limit: historyMaxLimit})
-		rows = mergeRows(rows, covering(moves, key, rows))
+		rows = mergeRows(rows, covering(moves, key))
 	}
 	if err != nil {
 		s.log.Warn("history query failed", "err", err)
@@ -127,24 +127,13 @@ func historyKinds(names []string) ([]audit.Kind, error) {
 	return out, nil
 }
 
-// covering are the move rows of ranges key is in (a range that is a
-// prefix of the key, or of the prefix asked) and not already in rows.
-func covering(moves []audit.Event, key string, rows []audit.Event) []audit.Event {
-	type id struct {
-		cluster uint64
-		epoch   uint32
-		rev     int64
-		key     string
-	}
-	have := map[id]bool{}
-	for _, r := range rows {
-		if r.Kind == audit.KindMove {
-			have[id{r.ClusterID, r.Epoch, r.Revision, r.Key}] = true
-		}
-	}
+// covering are the move rows of the ranges key is in: a range shorter
+// than the key that is a prefix of it. (A range equal to or under a prefix
+// asked is a row of the prefix's own query.)
+func covering(moves []audit.Event, key string) []audit.Event {
 	var out []audit.Event
 	for _, m := range moves {
-		if strings.HasPrefix(key, m.Key) && !have[id{m.ClusterID, m.Epoch, m.Revision, m.Key}] {
+		if len(m.Key) < len(key) && strings.HasPrefix(key, m.Key) {
 			out = append(out, m)
 		}
 	}

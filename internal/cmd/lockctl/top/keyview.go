@@ -22,50 +22,45 @@ const (
 func (m model) keysView() string {
 	var b strings.Builder
 	keys := m.keys()
-	extra := "" // the extra column's name
+	format, header := keysFormat, []any{"KEY", "WAITERS", "AGE", "SESSION LEFT", "HOLDER"}
+	var extra func(HotKey) string // the second column, if any
 	switch {
 	case m.byShard:
-		extra = "CLASS"
+		extra = func(k HotKey) string { return k.Class }
+		format, header = keysExtraFormat, []any{"KEY", "CLASS", "WAITERS", "AGE", "SESSION LEFT", "HOLDER"}
 	case m.snap != nil && len(m.snap.Shards) > 0:
-		extra = "SHARD"
-	}
-	format := keysFormat
-	header := []any{"KEY", "WAITERS", "AGE", "SESSION LEFT", "HOLDER"}
-	if extra != "" {
-		format = keysExtraFormat
-		header = append([]any{"KEY", extra}, header[1:]...)
+		extra = func(k HotKey) string { return k.Cluster }
+		format, header = keysExtraFormat, []any{"KEY", "SHARD", "WAITERS", "AGE", "SESSION LEFT", "HOLDER"}
 	}
 	b.WriteString("  " + m.st.hdr.Render(fmt.Sprintf(format, header...)) + "\n")
 	if len(keys) == 0 {
-		what := "class"
+		what := "in this class"
 		if m.byShard {
-			what = "shard"
+			what = "on this shard"
 		}
-		b.WriteString(m.st.dim.Render("  no holds on this "+what) + "\n")
+		b.WriteString(m.st.dim.Render("  no holds "+what) + "\n")
 		return b.String()
 	}
+	ttls := ClassTTLs(m.data)
 	for i, k := range keys {
 		left, soon := "-", false
 		if k.SessionTTLLeftSeconds != nil {
 			d := cmdutil.Duration(*k.SessionTTLLeftSeconds)
-			left, soon = d.Round(time.Second).String(), d < m.soonAt(k.Class)
+			left, soon = d.Round(time.Second).String(), d < soonAt(ttls, k.Class)
 		}
 		cols := []any{k.Key, fmt.Sprint(k.Waiters), k.age(), left, k.Holder}
-		switch extra {
-		case "CLASS":
-			cols = append([]any{k.Key, k.Class}, cols[1:]...)
-		case "SHARD":
-			cols = append([]any{k.Key, k.Cluster}, cols[1:]...)
+		if extra != nil {
+			cols = append([]any{k.Key, extra(k)}, cols[1:]...)
 		}
 		b.WriteString(m.row(fmt.Sprintf(format, cols...), i == m.keyCur, k.Waiters > 0, soon) + "\n")
 	}
 	return b.String()
 }
 
-// soonAt is when a session of class counts as expiring soon: under a third
+// soonAt is when a session of class (TTLs from ttls) counts as expiring soon: under a third
 // of the class TTL, which a holder renewing every TTL/3 never reaches.
-func (m model) soonAt(class string) time.Duration {
-	if ttl := ClassTTLs(m.data)[class]; ttl > 0 {
+func soonAt(ttls map[string]time.Duration, class string) time.Duration {
+	if ttl := ttls[class]; ttl > 0 {
 		return ttl / 3
 	}
 	return soonDefault
@@ -102,7 +97,7 @@ func (m model) keyView() string {
 			left := max(0, h.GetSessionTtlLeft().AsDuration()-since)
 			text := left.Round(time.Second).String() + " (counting down here from lockd's reading " +
 				since.Round(time.Second).String() + " ago; renewed by the holder's keepalives)"
-			if left < m.soonAt(h.GetClass()) {
+			if left < soonAt(ClassTTLs(m.data), h.GetClass()) {
 				text = m.st.soon.Render(text + " — expiring soon")
 			}
 			field("session left", text)

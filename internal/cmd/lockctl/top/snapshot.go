@@ -261,23 +261,22 @@ func hottest(keys []HotKey, n int) []HotKey {
 }
 
 // ClassKeys are the n hottest keys of class ("namespace/name") matching
-// filter (a substring of the key; empty keeps all).
+// filter (a substring of the key or the class; empty keeps all).
 func ClassKeys(d Data, class, filter string, n int) []HotKey {
-	keys := []HotKey{}
-	for _, h := range d.Holds.GetHolds() {
-		if h.GetClass() == class && (filter == "" || strings.Contains(h.GetKey(), filter) || strings.Contains(class, filter)) {
-			keys = append(keys, hotKey(h))
-		}
-	}
-	return hottest(keys, n)
+	return hotKeys(d, filter, n, func(h *lockv1.Hold) bool { return h.GetClass() == class })
 }
 
 // ShardKeys are the n hottest keys held on cluster matching filter (a
 // substring of the key or its class; empty keeps all).
 func ShardKeys(d Data, cluster, filter string, n int) []HotKey {
+	return hotKeys(d, filter, n, func(h *lockv1.Hold) bool { return h.GetCluster() == cluster })
+}
+
+// hotKeys are the n hottest held keys in a group (in) matching filter.
+func hotKeys(d Data, filter string, n int, in func(*lockv1.Hold) bool) []HotKey {
 	keys := []HotKey{}
 	for _, h := range d.Holds.GetHolds() {
-		if h.GetCluster() == cluster && (filter == "" || strings.Contains(h.GetKey(), filter) || strings.Contains(h.GetClass(), filter)) {
+		if in(h) && (filter == "" || strings.Contains(h.GetKey(), filter) || strings.Contains(h.GetClass(), filter)) {
 			keys = append(keys, hotKey(h))
 		}
 	}
