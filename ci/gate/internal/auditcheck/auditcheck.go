@@ -56,8 +56,10 @@ const lossWindow int64 = 5e9
 // all): a restore or a rebuild of one cluster loses only its keys' rows.
 func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf check.ClusterOf) Result {
 	res := Result{Rows: len(rows), ByKind: map[string]int{}}
-	started := map[uint64][]audit.Event{} // token -> rows that started it
-	ended := map[uint64][]audit.Event{}   // token -> rows that ended it
+	// Holds are named by key and token: keys granted in one batch share a
+	// token.
+	started := map[check.HoldID][]audit.Event{} // rows that started the hold
+	ended := map[check.HoldID][]audit.Event{}   // rows that ended it
 	type spooled struct {
 		arbiter string
 		seq     uint64
@@ -75,24 +77,24 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 		case audit.KindGap:
 			res.Problems = append(res.Problems, fmt.Sprintf("gap: revisions %d-%d of cluster %x are missing (%s); the gate never compacts", r.GapFrom, r.GapTo, r.ClusterID, r.Reason))
 		case audit.KindGrant:
-			started[r.Token] = append(started[r.Token], r)
+			started[check.HoldOf(r.Key, r.Token)] = append(started[check.HoldOf(r.Key, r.Token)], r)
 		case audit.KindHandoff:
-			started[r.Token] = append(started[r.Token], r)
-			ended[r.EndedToken] = append(ended[r.EndedToken], r)
+			started[check.HoldOf(r.Key, r.Token)] = append(started[check.HoldOf(r.Key, r.Token)], r)
+			ended[check.HoldOf(r.Key, r.EndedToken)] = append(ended[check.HoldOf(r.Key, r.EndedToken)], r)
 		case audit.KindEpochAdvance:
 			if r.Key != audit.EpochKey {
-				ended[r.EndedToken] = append(ended[r.EndedToken], r)
+				ended[check.HoldOf(r.Key, r.EndedToken)] = append(ended[check.HoldOf(r.Key, r.EndedToken)], r)
 			}
 		case audit.KindMove:
 			// A range's move starts and ends no hold (one the drain ended
 			// has its own force-release row).
 		default:
-			ended[r.EndedToken] = append(ended[r.EndedToken], r)
+			ended[check.HoldOf(r.Key, r.EndedToken)] = append(ended[check.HoldOf(r.Key, r.EndedToken)], r)
 		}
 	}
-	for tok, rs := range started {
-		if tok != 0 && len(rs) > 1 {
-			res.Problems = append(res.Problems, fmt.Sprintf("token %d started %d holds: %s", tok, len(rs), where(rs)))
+	for h, rs := range started {
+		if h.Token != 0 && len(rs) > 1 {
+			res.Problems = append(res.Problems, fmt.Sprintf("token %d started %d holds of %s: %s", h.Token, len(rs), h.Key, where(rs)))
 		}
 	}
 	lost := func(op history.Op) bool {
@@ -130,18 +132,16 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 		switch op.Kind {
 		case history.Acquire:
 			res.Grants++
-			rs := started[op.Token]
+			rs := started[check.HoldOf(op.Key, op.Token)]
 			switch {
 			case len(rs) == 0 && lost(op):
 				res.RolledBack++
 			case len(rs) == 0:
 				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's grant of %s (token %d) is not in the history", op.Worker, op.Key, op.Token))
-			case rs[0].Key != op.Key:
-				res.Problems = append(res.Problems, fmt.Sprintf("worker %d's grant of %s (token %d) is in the history for %s", op.Worker, op.Key, op.Token, rs[0].Key))
 			}
 		case history.Release:
 			res.Releases++
-			rs := ended[op.Token]
+			rs := ended[check.HoldOf(op.Key, op.Token)]
 			switch {
 			case len(rs) == 0 && lost(op):
 				res.RolledBack++
@@ -152,7 +152,7 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 			}
 		case history.Force:
 			res.Forces++
-			rs := ended[op.Token]
+			rs := ended[check.HoldOf(op.Key, op.Token)]
 			switch {
 			case len(rs) == 0 && lost(op):
 				res.RolledBack++
@@ -181,23 +181,23 @@ func Run(ops []history.Op, rows []audit.Event, faults []history.Fault, clusterOf
 // lease, by expiry, close or revoke, recorded as released would hide why
 // it ended.
 func (res *Result) checkReleasedByHolder(ops []history.Op, rows []audit.Event) {
-	granted := map[uint64]history.Op{}
-	released := map[uint64]bool{}
+	granted := map[check.HoldID]history.Op{}
+	released := map[check.HoldID]bool{}
 	for _, op := range ops {
 		switch {
 		case op.Token == 0:
 		case (op.Kind == history.Acquire || op.Kind == history.Reenter) && op.Outcome == history.Ok:
-			granted[op.Token] = op
+			granted[check.HoldOf(op.Key, op.Token)] = op
 		case op.Kind == history.Unhold,
 			op.Kind == history.Release && (op.Outcome != history.Fail || op.Err == ""):
-			released[op.Token] = true
+			released[check.HoldOf(op.Key, op.Token)] = true
 		}
 	}
 	for _, r := range rows {
-		if (r.Kind != audit.KindRelease && r.Kind != audit.KindHandoff) || released[r.EndedToken] {
+		if (r.Kind != audit.KindRelease && r.Kind != audit.KindHandoff) || released[check.HoldOf(r.Key, r.EndedToken)] {
 			continue
 		}
-		if op, ok := granted[r.EndedToken]; ok {
+		if op, ok := granted[check.HoldOf(r.Key, r.EndedToken)]; ok {
 			res.Problems = append(res.Problems, fmt.Sprintf("worker %d's hold of %s (token %d) is in the history as released (%s), but the worker never released it",
 				op.Worker, op.Key, r.EndedToken, where([]audit.Event{r})))
 		}
@@ -263,10 +263,10 @@ func forcedByOperators(r audit.Event) bool {
 // The session's holds on other clusters (op.Others there, their rows in
 // ended by token) are held to the same rule: the revoke ends the session
 // on every cluster, leaving its record on each.
-func (res *Result) checkRevoked(op history.Op, forced, sessionEnded []audit.Event, ended map[uint64][]audit.Event) {
+func (res *Result) checkRevoked(op history.Op, forced, sessionEnded []audit.Event, ended map[check.HoldID][]audit.Event) {
 	i := slices.IndexFunc(forced, forcedByOperators)
 	at := forced[i]
-	check := func(r audit.Event) {
+	checkRow := func(r audit.Event) {
 		switch r.Kind {
 		case audit.KindRelease, audit.KindHandoff, audit.KindSessionClose, audit.KindEpochAdvance:
 			return
@@ -278,14 +278,14 @@ func (res *Result) checkRevoked(op history.Op, forced, sessionEnded []audit.Even
 		}
 	}
 	for _, r := range sessionEnded {
-		if r.ClusterID == at.ClusterID && r.Revision > at.Revision && r.EndedToken != op.Token {
-			check(r)
+		if r.ClusterID == at.ClusterID && r.Revision > at.Revision && check.HoldOf(r.Key, r.EndedToken) != check.HoldOf(op.Key, op.Token) {
+			checkRow(r)
 		}
 	}
 	for _, o := range op.Others {
-		for _, r := range ended[o.Token] {
+		for _, r := range ended[check.HoldOf(o.Key, o.Token)] {
 			if r.ClusterID != at.ClusterID {
-				check(r)
+				checkRow(r)
 			}
 		}
 	}

@@ -33,6 +33,12 @@ func TestRunFindsWhatTheHistoryMisses(t *testing.T) {
 		{"a release recorded as an expiry", []audit.Event{complete[0], {ClusterID: 1, Revision: 101, Key: "gate/k0", Kind: audit.KindExpiry, EndedToken: 100}, complete[2], complete[3]}, nil, "the history says expiry"},
 		{"a force without its approver", []audit.Event{complete[0], complete[1], complete[2], {ClusterID: 1, Revision: 201, Key: "gate/k1", Kind: audit.KindForceRelease, EndedToken: 200, Requester: "a", Reason: "r"}}, nil, "not recorded as one with its operators"},
 		{"a token started twice", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 300, Key: "gate/k0", Kind: audit.KindGrant, Token: 100}), nil, "token 100 started 2 holds"},
+		// Group commit: keys granted in one batch share a token.
+		{"one token on two keys (one batch)", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 100, Key: "gate/k9", Kind: audit.KindGrant, Token: 100}), nil, ""},
+		{"another key's grant with the token does not stand in for a missing one", append([]audit.Event{{ClusterID: 1, Revision: 100, Key: "gate/k9", Kind: audit.KindGrant, Token: 100}}, complete[1:]...), nil,
+			"grant of gate/k0 (token 100) is not in the history"},
+		{"another key's release with the token does not stand in for a missing one", []audit.Event{complete[0], {ClusterID: 1, Revision: 101, Key: "gate/k9", Kind: audit.KindRelease, EndedToken: 100}, complete[2], complete[3]}, nil,
+			"release of gate/k0 (token 100) is not in the history"},
 		{"a gap", append(append([]audit.Event{}, complete...), audit.Event{ClusterID: 1, Revision: 400, Kind: audit.KindGap, GapFrom: 300, GapTo: 400}), nil, "gap: revisions 300-400"},
 		{"lost with a restore that followed within the window", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{restore}, ""},
 		{"a restore long after does not excuse it", append(append([]audit.Event{}, complete[2:]...), advance), []history.Fault{{Kind: "restore", Start: 80e9, End: 90e9, Epoch: 2}}, "is not in the history"},

@@ -95,9 +95,10 @@ type Grant struct {
 	Return int64  `json:"return"`
 }
 
-// Duplicate is a token granted twice: First is the earliest grant (by call
-// time) carrying it, Second a later one. A token granted n times yields n-1
-// duplicates.
+// Duplicate is a token granted twice for one key: First is the earliest
+// grant (by call time) carrying it, Second a later one. A token granted n
+// times yields n-1 duplicates. Tokens are unique per key only: lockd's group
+// commit grants the keys of one batch at one revision, so one token value.
 type Duplicate struct {
 	Token  uint64 `json:"token"`
 	First  Grant  `json:"first"`
@@ -330,20 +331,31 @@ func operation(op history.Op) porcupine.Operation {
 	}
 }
 
-// duplicates finds tokens granted more than once; ops are ordered by call.
+// HoldID names one hold: its key and its token. A token alone does not:
+// keys granted in one batch share it.
+type HoldID struct {
+	Key   string
+	Token uint64
+}
+
+// HoldOf is the HoldID of key's hold with tok.
+func HoldOf(key string, tok uint64) HoldID { return HoldID{Key: key, Token: tok} }
+
+// duplicates finds tokens granted more than once for one key; ops are
+// ordered by call.
 func duplicates(ops []history.Op) []Duplicate {
-	first := map[uint64]Grant{}
+	first := map[HoldID]Grant{}
 	var dups []Duplicate
 	for _, op := range ops {
 		if op.Kind != history.Acquire || op.Outcome != history.Ok {
 			continue
 		}
 		g := Grant{Worker: op.Worker, Seq: op.Seq, Key: op.Key, Call: op.Call, Return: op.Return}
-		if f, ok := first[op.Token]; ok {
+		if f, ok := first[HoldOf(op.Key, op.Token)]; ok {
 			dups = append(dups, Duplicate{Token: op.Token, First: f, Second: g})
 			continue
 		}
-		first[op.Token] = g
+		first[HoldOf(op.Key, op.Token)] = g
 	}
 	return dups
 }

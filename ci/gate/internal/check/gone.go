@@ -41,7 +41,7 @@ func checkGone(ops []history.Op, paused func(worker int, from, to int64) bool) (
 		gone    int64
 	}
 	holds := map[string]map[uint64]*hold{}
-	forced := map[uint64]bool{}
+	forced := map[HoldID]bool{}
 	var writes []history.Op
 	for _, op := range ops {
 		switch {
@@ -55,7 +55,7 @@ func checkGone(ops []history.Op, paused func(worker int, from, to int64) bool) (
 				holds[op.Key][op.Token] = &hold{worker: op.Worker, granted: op.Return}
 			}
 		case op.Kind == history.Force && op.Outcome == history.Ok:
-			forced[op.Token] = true
+			forced[HoldOf(op.Key, op.Token)] = true
 		case op.Kind == history.Write:
 			writes = append(writes, op)
 		}
@@ -90,7 +90,7 @@ func checkGone(ops []history.Op, paused func(worker int, from, to int64) bool) (
 		sort.Slice(toks, func(i, j int) bool { return toks[i] < toks[j] })
 		for _, t := range toks {
 			h := holds[key][t]
-			if h.gone == 0 || forced[t] || (h.worker >= 0 && paused(h.worker, h.granted, h.gone)) {
+			if h.gone == 0 || forced[HoldOf(key, t)] || (h.worker >= 0 && paused(h.worker, h.granted, h.gone)) {
 				continue
 			}
 			checked++

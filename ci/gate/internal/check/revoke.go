@@ -27,10 +27,11 @@ type RevokeResult struct {
 // cluster).
 func checkRevokes(ops []history.Op, clusterOf ClusterOf) RevokeResult {
 	var res RevokeResult
-	released := map[uint64][]history.Op{} // by token: releases that found the hold
+	released := map[HoldID][]history.Op{} // releases that found the hold
 	for _, op := range ops {
 		if op.Kind == history.Release && op.Outcome == history.Ok {
-			released[op.Token] = append(released[op.Token], op)
+			id := HoldOf(op.Key, op.Token)
+			released[id] = append(released[id], op)
 		}
 	}
 	for _, f := range ops {
@@ -43,7 +44,7 @@ func checkRevokes(ops []history.Op, clusterOf ClusterOf) RevokeResult {
 			if clusterOf != nil && clusterOf(o.Key, o.Token) != clusterOf(f.Key, f.Token) {
 				res.OtherCluster++
 			}
-			for _, r := range released[o.Token] {
+			for _, r := range released[HoldOf(o.Key, o.Token)] {
 				if r.Call > f.Return {
 					res.Details = append(res.Details, fmt.Sprintf(
 						"revoke: the force-release of %q revoked session %d, which also held %q (token %s); w%d released that hold %.3fs after the approval answered and found it still there (op %d)",
