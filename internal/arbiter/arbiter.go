@@ -76,6 +76,13 @@ type Config struct {
 	// PollInterval is how often a queued waiter re-tries without a watch
 	// event (default 1s, with jitter).
 	PollInterval time.Duration
+	// MaxBatch is how many grants and releases of different keys one etcd
+	// Txn may commit together (group commit, default 64); 1 commits each in
+	// its own. Keys granted in one batch share a token value.
+	MaxBatch int
+	// MaxTxnOps is the etcd clusters' --max-txn-ops (default 128, etcd's
+	// own): a batch never needs more.
+	MaxTxnOps int
 	// EpochRefresh is how often the epoch record is re-read (default 1s).
 	EpochRefresh time.Duration
 	// MaxEpochAge bounds the age of the epoch read a keepalive answer is
@@ -245,8 +252,11 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		poll:        cmp.Or(cfg.PollInterval, defaultPollInterval),
 		maxEpochAge: cmp.Or(cfg.MaxEpochAge, defaultMaxEpochAge),
 		monoBase:    time.Now(),
+		maxBatch:    cmp.Or(cfg.MaxBatch, DefaultMaxBatch),
+		maxTxnOps:   cmp.Or(cfg.MaxTxnOps, DefaultMaxTxnOps),
 	}
 	homeCfg := base
+	homeCfg.home = true
 	homeCfg.name, homeCfg.bootstrap = cmp.Or(cfg.Cluster, DefaultCluster), cfg.Bootstrap
 	for _, t := range []class.Tier{class.TierCoord, class.TierEntity} {
 		if !slices.ContainsFunc(cfg.Clusters, func(cl Cluster) bool { return slices.Contains(cl.Tiers, t) }) ||

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -56,6 +57,9 @@ type cell struct {
 	storeMu      sync.Mutex
 	storeChanged chan struct{}
 
+	// commits group-commits the cell's grants and releases (batch.go).
+	commits *committer
+
 	// memory and durables are the waiting lines for the cell's keys; the
 	// open posture (open) is the third.
 	memory   *memoryLine
@@ -104,11 +108,20 @@ type cellConfig struct {
 	// monoBase is the base of the monotonic times the cell keeps as
 	// durations (readsFailing, holdOffUntil).
 	monoBase time.Time
+	// home: the coord tier's cell, which keeps the sessions.
+	home bool
+	// maxBatch and maxTxnOps bound a group commit (batch.go): parts per
+	// batch (1: none) and etcd's --max-txn-ops.
+	maxBatch, maxTxnOps int
 }
 
 // newCell returns the cell of the cluster cli reaches, with the state
 // file's watermark floor.
 func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
+	var sizes prometheus.Observer = prometheus.ObserverFunc(func(float64) {})
+	if cfg.metrics != nil {
+		sizes = cfg.metrics.batchSize.WithLabelValues(cfg.name)
+	}
 	return &cell{
 		cellConfig: cfg,
 		cli:        cli,
@@ -118,5 +131,6 @@ func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateF
 		floor:      floor,
 		mark:       floor,
 		reloadMu:   make(chanMutex, 1),
+		commits:    newCommitter(cli, cfg.maxBatch, cfg.maxTxnOps, sizes),
 	}
 }

@@ -2,8 +2,10 @@ package arbiter
 
 import (
 	"testing"
+	"time"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -27,11 +29,10 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 	if err := a.home.initEpoch(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := b.Client.Grant(t.Context(), 15)
+	sess, err := a.OpenSession(t.Context(), identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/alice"}, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := int64(lease.ID)
 	key := "t/race"
 	h := a.encodeHold("spiffe://t/alice", sess, &class.Class{Namespace: "t", Name: "std"})
 	first, err := a.home.tryGrant(t.Context(), key, h, sess, linePos{})

@@ -59,6 +59,12 @@ func (cfg *Config) validate(policy *Policy) error {
 	if refresh, age := orDefault(cfg.EpochRefresh, defaultEpochRefresh), orDefault(cfg.MaxEpochAge, defaultMaxEpochAge); refresh > 0 && age > 0 && refresh >= age {
 		add("EpochRefresh", "%s must be shorter than MaxEpochAge %s", refresh, age)
 	}
+	if cfg.MaxBatch < 0 {
+		add("MaxBatch", "must be positive (1 turns group commit off), or zero for the default; got %d", cfg.MaxBatch)
+	}
+	if cfg.MaxTxnOps != 0 && cfg.MaxTxnOps < MinMaxTxnOps {
+		add("MaxTxnOps", "must be at least %d (a grant's own transaction needs that much of etcd's --max-txn-ops), or zero for etcd's default; got %d", MinMaxTxnOps, cfg.MaxTxnOps)
+	}
 	if cfg.MaxSessionsPerIdentity < 0 {
 		add("MaxSessionsPerIdentity", "must be positive, or zero for the default; got %d", cfg.MaxSessionsPerIdentity)
 	}

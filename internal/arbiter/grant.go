@@ -232,10 +232,8 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 			// written its open grace yet. Wait like a contender.
 			return attempt{epoch: st.epoch, grace: ErrOpenGrace}, nil
 		}
-		cctx, cancel := c.txnCtx(ctx)
 		cmps := append([]clientv3.Cmp{
 			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
-			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 			grace,
 		}, lineCmps...)
 		if skipAbsenceCompare {
@@ -243,17 +241,17 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 		}
 		cmps = append(cmps, fenceCmps...)
 		start := time.Now()
-		resp, err := c.cli.Txn(cctx).
-			If(cmps...).
-			Then(append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...)...).
-			Else(append(append(holdReads(hk, open), lineReads...), fenceReads...)...).
-			Commit()
-		cancel()
+		p := &part{key: key, epochRev: st.modRev, lease: lease, cmps: cmps,
+			then:    append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...),
+			els:     append(append(holdReads(hk, open), lineReads...), fenceReads...),
+			timeout: c.callTimeout(ctx)}
+		p.guard, p.alone = c.guardOf(lease)
+		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, p), start)
 		if err != nil {
-			return attempt{}, storeErr(ctx, err)
-		}
-		if _, err := c.checkHeader(resp.Header); err != nil {
 			return attempt{}, err
+		}
+		if retry {
+			continue
 		}
 		if !resp.Succeeded {
 			if err := c.fenceRefused(fence, fenced, resp); err != nil {
@@ -731,17 +729,15 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 		if err != nil || done {
 			return released, err
 		}
-		cctx, cancel := c.callCtx(ctx)
 		start := time.Now()
-		resp, err := c.cli.Txn(cctx).If(cmp...).
-			Then(clientv3.OpDelete(hk)).
-			Else(clientv3.OpGet(hk), clientv3.OpGet(epochKey)).Commit()
-		cancel()
+		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, &part{key: key, epochRev: st.modRev, cmps: cmp[:2],
+			then: []clientv3.Op{clientv3.OpDelete(hk)}, els: []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey)},
+			timeout: c.callTimeout(ctx)}), start)
 		if err != nil {
-			return false, storeErr(ctx, err)
-		}
-		if _, err := c.checkHeader(resp.Header); err != nil {
 			return false, err
+		}
+		if retry {
+			continue
 		}
 		if resp.Succeeded {
 			c.memory.wakeHead(key)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -43,12 +44,12 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 	if err := a.home.initEpoch(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := b.Client.Grant(t.Context(), 15)
+	caller := identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/alice"}
+	sess, err := a.OpenSession(t.Context(), caller, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, key := int64(lease.ID), "t/d/k"
-	caller := identity.Caller{Kind: identity.KindWorkload, ID: "spiffe://t/alice"}
+	key := "t/d/k"
 	cls := &class.Class{Namespace: "t", Name: "fifo", Fairness: class.FairnessDurable}
 	if att, err := a.home.tryGrant(t.Context(), key, a.encodeHold(caller.String(), sess, cls), sess, linePos{}); err != nil || !att.granted {
 		t.Fatalf("grant: %+v %v", att, err)

@@ -64,6 +64,9 @@ type Metrics struct {
 	// keys by; moving counts grants a shard refused for a move (MOVING).
 	shardMapVersion prometheus.Gauge
 	moving          *prometheus.CounterVec
+	// batchSize is, per cluster, how many grants and releases each etcd
+	// Txn of the group commit carried (batch.go).
+	batchSize *prometheus.HistogramVec
 }
 
 // NewMetrics registers the metrics with reg (a private registry if nil).
@@ -155,6 +158,11 @@ func NewMetrics(reg prometheus.Registerer, code func(error) codes.Code) *Metrics
 		Name: "lockd_moving_refusals_total",
 		Help: "Grants an entity shard refused because the key's range is moving or the shard map changed (MOVING), by cluster."}, []string{"cluster"})
 	reg.MustRegister(m.shardMapVersion, m.moving)
+	m.batchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lockd_commit_batch_size",
+		Help:    "Grants and releases committed together in one etcd transaction (group commit), by cluster.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128}}, []string{"cluster"})
+	reg.MustRegister(m.batchSize)
 	m.graceActive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lockd_epoch_grace_active", Help: "1 while grants on the cluster wait out an epoch advance's grace (the grace key exists in it)."}, []string{"cluster"})
 	m.epochReadAge.desc = prometheus.NewDesc("lockd_epoch_read_age_seconds",

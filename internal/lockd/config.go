@@ -114,6 +114,10 @@ type Config struct {
 	Operators []string
 	// RequestTimeout bounds each etcd call.
 	RequestTimeout time.Duration
+	// MaxBatch is how many grants and releases of different keys one etcd
+	// transaction may commit together (1: each alone); MaxTxnOps is the
+	// etcd clusters' --max-txn-ops, which a batch stays within.
+	MaxBatch, MaxTxnOps int
 	// OpenAfter is how long lockd goes without an etcd quorum before it
 	// grants classes with onQuorumLoss: open from memory (unprotected,
 	// spooled in <DataDir>/spool). It must outlast an etcd election.
@@ -187,6 +191,8 @@ func DefaultConfig() Config {
 		EtcdClientURL:          "http://127.0.0.1:7422",
 		EtcdPeerURL:            "http://127.0.0.1:7423",
 		RequestTimeout:         5 * time.Second,
+		MaxBatch:               arbiter.DefaultMaxBatch,
+		MaxTxnOps:              arbiter.DefaultMaxTxnOps,
 		OpenAfter:              arbiter.DefaultOpenAfter,
 		MaxSessionsPerIdentity: arbiter.DefaultMaxSessionsPerIdentity,
 		MaxWaitersPerIdentity:  arbiter.DefaultMaxWaitersPerIdentity,
@@ -325,6 +331,12 @@ func (o *Config) Validate() error {
 	}
 	if o.RequestTimeout <= 0 {
 		add("--request-timeout %s: must be positive", o.RequestTimeout)
+	}
+	if o.MaxBatch < 1 {
+		add("--max-batch %d: must be at least 1 (1 commits every grant and release in a transaction of its own)", o.MaxBatch)
+	}
+	if o.MaxTxnOps < arbiter.MinMaxTxnOps {
+		add("--etcd-max-txn-ops %d: must be at least %d and no more than the etcd clusters' own --max-txn-ops", o.MaxTxnOps, arbiter.MinMaxTxnOps)
 	}
 	if o.Region != "" && !lockkey.IsDNSLabel(o.Region) {
 		add("--region %q: must be a DNS label, as a LockNamespace's spec.region", o.Region)

@@ -190,6 +190,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Now:                    cfg.Now,
 		RequestTimeout:         cfg.RequestTimeout,
 		PollInterval:           cfg.PollInterval,
+		MaxBatch:               cfg.MaxBatch,
+		MaxTxnOps:              cfg.MaxTxnOps,
 		StateFile:              stateFile,
 		Bootstrap:              bootstrap,
 		MaxSessionsPerIdentity: cfg.MaxSessionsPerIdentity,

@@ -193,6 +193,8 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.BoolVar(&opts.InsecureLoopback, "insecure-loopback", false, "TESTS ONLY: plaintext gRPC, caller identity taken unverified from a header; --listen must be loopback")
 	f.StringSliceVar(&opts.Operators, "operators", nil, "SPIFFE IDs allowed to advance the epoch and see the tokens of others, comma-separated")
 	f.DurationVar(&opts.RequestTimeout, "request-timeout", opts.RequestTimeout, "timeout of each etcd request")
+	f.IntVar(&opts.MaxBatch, "max-batch", opts.MaxBatch, "grants and releases of different keys committed together in one etcd transaction while the previous one is in flight (group commit); 1 commits each alone")
+	f.IntVar(&opts.MaxTxnOps, "etcd-max-txn-ops", opts.MaxTxnOps, "the etcd clusters' --max-txn-ops: a batch never needs more")
 	f.DurationVar(&opts.OpenAfter, "open-after", opts.OpenAfter, "time without an etcd quorum after which classes with onQuorumLoss: open are granted from memory, unprotected (token 0); longer than the cluster's election timeout")
 	f.StringVar(&opts.Region, "region", "", "the region this lockd serves: keys of namespaces homed to another region (LockNamespace) are refused with WRONG_REGION; required once the classes name more than one region")
 	f.StringToStringVar(&opts.RegionEndpoints, "region-endpoint", nil, "another region's lockd, named in WRONG_REGION refusals: REGION=HOST:PORT, comma-separated for several")
