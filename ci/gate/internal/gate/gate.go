@@ -88,6 +88,9 @@ type Options struct {
 	// BrokenShard builds lockd granting on an entity shard without the
 	// shard map fence (control for the map-stall fault).
 	BrokenShard bool
+	// BrokenBatch builds lockd committing every part of a group commit but
+	// the first without its own compares (control for the batch).
+	BrokenBatch bool
 	// OpenKeys are more keys, gate/o/<i>, taken under OpenClassName. The
 	// quorum-loss fault checks what they are granted without quorum. The
 	// open class's 30 s TTL lengthens every epoch advance's grace, so a
@@ -151,7 +154,9 @@ type Summary struct {
 	// Split is the check of the tiers split over two clusters.
 	Split *check.SplitResult `json:"split,omitempty"`
 	// Moves is the check of the moves between entity shards.
-	Moves     *MoveResult `json:"moves,omitempty"`
+	Moves *MoveResult `json:"moves,omitempty"`
+	// Batch is the batch probe: bursts of grants, one for a held key.
+	Batch     BatchResult `json:"batch"`
 	Artifacts string      `json:"artifacts"`
 	Passed    bool        `json:"passed"`
 	Reason    string      `json:"reason,omitempty"`
@@ -227,7 +232,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	r.logf("gate: running %s with faults %s (seed %d)", o.Duration, strings.Join(o.Faults, ","), o.Seed)
 	r.start = history.Now()
 	r.wallOffset = time.Now().UnixNano() - r.start
+	pctx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() { defer close(probed); r.probeBatches(pctx, &s.Batch) }()
 	r.inject(ctx)
+	stopProbe()
+	<-probed
 	r.end = history.Now()
 	if r.sharded() {
 		s.Moves = &MoveResult{}
@@ -301,6 +311,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		tags += ",gate_broken_recovery"
 	case o.BrokenShard:
 		tags += ",gate_broken_shard"
+	case o.BrokenBatch:
+		tags += ",gate_broken_batch"
 	}
 	args := []string{"build", "-tags", tags, "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd"}
 	r.logf("gate: go %s", strings.Join(args, " "))
@@ -361,10 +373,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	for i := range o.Workers {
 		r.grantOf = append(r.grantOf, workerID(i))
 	}
-	if o.Shards > 1 {
-		// The gate's own holds: for a move's drain, and the map-stall probe.
-		r.grantOf = append(r.grantOf, Mover, Prober)
-	}
+	// The gate's own holds: the batch probe's, a move's drain, and the
+	// map-stall probe.
+	r.grantOf = append(r.grantOf, Mover, Prober)
 	if err := r.writeClasses(TTL, -1); err != nil {
 		return err
 	}
@@ -618,7 +629,7 @@ func (r *run) verdict(s *Summary) error {
 	switch {
 	case r.o.Expect && r.o.BrokenRecovery && len(q.Overlaps) == 0:
 		verr = fmt.Errorf("%w: no consensus grant overlapped an untold unprotected holder (%d other violations)", ErrExpected, res.Violations)
-	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0 && split.Passed() && (s.Moves == nil || len(s.Moves.Details) == 0):
+	case r.o.Expect && res.Violations == 0 && len(s.Line.Violations) == 0 && split.Passed() && (s.Moves == nil || len(s.Moves.Details) == 0) && len(s.Batch.Details) == 0:
 		verr = ErrExpected
 	case r.o.Expect:
 		verr = nil
@@ -630,6 +641,10 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: the durable line could not be checked: %s", ErrViolation, s.Line.ReadErrors[0])
 	case !split.Passed():
 		verr = fmt.Errorf("%w: the split topology: %d, the first: %s", ErrViolation, len(split.Details), split.Details[0])
+	case len(s.Batch.Details) > 0:
+		verr = fmt.Errorf("%w: the batch probe: %d, the first: %s", ErrViolation, len(s.Batch.Details), s.Batch.Details[0])
+	case s.Batch.Refused == 0:
+		verr = fmt.Errorf("%w: the batch probe: %d bursts (%d skipped), none refused the held key beside grants: the group commit was not checked", ErrTooLittle, s.Batch.Rounds, s.Batch.Skipped)
 	case s.Moves != nil && len(s.Moves.Details) > 0:
 		verr = fmt.Errorf("%w: the shard moves: %d, the first: %s", ErrViolation, len(s.Moves.Details), s.Moves.Details[0])
 	case r.sharded() && len(missingMoves(r.o.Faults, s.FaultKinds)) > 0:

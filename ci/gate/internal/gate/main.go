@@ -77,6 +77,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Clusters, "clusters", 2, "etcd clusters: 2 splits the tiers (the durable class's keys are the coord tier's, on a cluster of their own), 1 serves both tiers from one")
 	fs.IntVar(&o.Shards, "shards", 0, "clusters serving the entity tier with --clusters 2: 1, or 3 (the entity cluster and shard-2 in the first map, shard-3 added by the first move); default 3 when a move fault is asked for, else 1")
 	fs.BoolVar(&o.BrokenShard, "broken-shard", false, "build lockd granting on an entity shard without the shard map fence (control for the map-stall fault)")
+	fs.BoolVar(&o.BrokenBatch, "broken-batch", false, "build lockd committing every grant and release of a batch but the first without its own compares (control for the group commit)")
 	fs.IntVar(&o.OpenKeys, "open-keys", 0, "more keys, under an efficiency class open on quorum loss (for the quorum-loss fault)")
 	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
 	fs.StringVar(&o.Postgres, "postgres", "", "an existing PostgreSQL URL for the store (default: start one)")
@@ -187,6 +188,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		for _, d := range sp.Details {
 			fmt.Fprintf(stdout, "  violation: %s\n", d)
 		}
+	}
+	b := s.Batch
+	fmt.Fprintf(stdout, "batch probe: %d bursts of %d keys and a held one (%d skipped), the held key refused beside grants in %d, %d other grants, %d violations\n",
+		b.Rounds, batchBurst, b.Skipped, b.Refused, b.Granted, len(b.Details))
+	for _, d := range b.Details {
+		fmt.Fprintf(stdout, "  violation: batch: %s\n", d)
 	}
 	if mv := s.Moves; mv != nil {
 		fmt.Fprintf(stdout, "moves: %d of %s between %d shards, holds ended at a drain's bound %d\n", len(mv.Moves), movedPrefix, o.Shards, mv.Forced)
