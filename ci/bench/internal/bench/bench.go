@@ -245,7 +245,7 @@ type measured struct {
 func merge(name string, parts []measured) *result.System {
 	out := &result.System{Name: name, Fencing: name != result.Redsync}
 	var lat []time.Duration
-	var lockdCPU, etcdCPU, writes float64
+	var lockdCPU, etcdCPU, writes, batched float64
 	for _, p := range parts {
 		if p.sys.Skipped != "" {
 			out.Skipped = p.sys.Skipped
@@ -255,6 +255,7 @@ func merge(name string, parts []measured) *result.System {
 		out.Errors += p.sys.Errors
 		out.Elapsed += p.sys.Elapsed
 		writes += p.sys.WritesPerGrant * float64(p.sys.Grants)
+		batched += p.sys.MeanBatch * float64(p.sys.Grants)
 		lockdCPU += p.sys.LockdCPU * p.sys.Elapsed.Seconds()
 		etcdCPU += p.sys.EtcdCPU * p.sys.Elapsed.Seconds()
 		lat = append(lat, p.lat...)
@@ -266,6 +267,7 @@ func merge(name string, parts []measured) *result.System {
 	}
 	if out.Grants > 0 {
 		out.WritesPerGrant = writes / float64(out.Grants)
+		out.MeanBatch = batched / float64(out.Grants)
 	}
 	out.Summarize(lat)
 	return out
@@ -300,6 +302,7 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	lu0, _ := rig.ReadUsage(r.LockdPID())
 	eu0, _ := rig.ReadUsage(r.EtcdPID())
 	w0, _ := proposals(ctx, r)
+	b0, bn0 := batches(ctx, r)
 	start := time.Now()
 	deadline := start.Add(d)
 	var mu sync.Mutex
@@ -347,6 +350,9 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	lu1, _ := rig.ReadUsage(r.LockdPID())
 	eu1, _ := rig.ReadUsage(r.EtcdPID())
 	w1, ok := proposals(ctx, r)
+	if b1, bn1 := batches(ctx, r); (name == result.Lockd || name == result.LockdDurable) && bn1 > bn0 {
+		out.MeanBatch = (b1 - b0) / (bn1 - bn0)
+	}
 	out.Grants = len(all)
 	if ok && out.Grants > 0 {
 		out.WritesPerGrant = (w1 - w0) / float64(out.Grants)
@@ -357,6 +363,14 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
 	}
 	return measured{sys: out, lat: all}
+}
+
+// batches reads lockd's group commit histogram: the grants and releases
+// its transactions carried, and the transactions.
+func batches(ctx context.Context, r *rig.Rig) (parts, txns float64) {
+	parts, _ = proc.Metric(ctx, r.Lockd.Metrics, "lockd_commit_batch_size_sum")
+	txns, _ = proc.Metric(ctx, r.Lockd.Metrics, "lockd_commit_batch_size_count")
+	return parts, txns
 }
 
 // proposals reads etcd's count of committed proposals (consensus writes)

@@ -27,7 +27,7 @@ func Table(w io.Writer, run *result.Run) {
 	fmt.Fprintln(tw, header(run))
 	for _, sc := range run.Scenarios {
 		fmt.Fprintf(tw, "\n%s\n", scenarioTitle(sc))
-		fmt.Fprintln(tw, "  system\tgrants/s\tp50\tp99\tp99.9\terrors\twrites/grant\tCPU (cores)\tfencing")
+		fmt.Fprintln(tw, "  system\tgrants/s\tp50\tp99\tp99.9\terrors\twrites/grant\tbatch\tCPU (cores)\tfencing")
 		for _, s := range sc.Systems {
 			if s.Skipped != "" {
 				// The reason is the line's last cell: it does not widen
@@ -35,9 +35,9 @@ func Table(w io.Writer, run *result.Run) {
 				fmt.Fprintf(tw, "  %s\tskipped: %s\n", Label(s), s.Skipped)
 				continue
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
 				Label(s), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
-				s.Errors, writes(s.WritesPerGrant), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
 		}
 		if r := ratios(sc.Ratios); r != "" {
 			fmt.Fprintf(tw, "  ratios: %s\n", r)
@@ -109,17 +109,17 @@ func Markdown(w io.Writer, run *result.Run) {
 	fmt.Fprintf(w, "%s\n", header(run))
 	for _, sc := range run.Scenarios {
 		fmt.Fprintf(w, "\n### %s\n\n", scenarioTitle(sc))
-		fmt.Fprintln(w, "| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | CPU (cores) | fencing |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|---|")
+		fmt.Fprintln(w, "| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | batch | CPU (cores) | fencing |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|---|")
 		for _, s := range sc.Systems {
 			if s.Skipped != "" {
-				fmt.Fprintf(w, "| %s | skipped: %s | – | – | – | – | – | – | – |\n",
+				fmt.Fprintf(w, "| %s | skipped: %s | – | – | – | – | – | – | – | – |\n",
 					mdEscape(Label(s)), mdEscape(s.Skipped))
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s | %s | %s |\n",
 				mdEscape(Label(s)), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
-				s.Errors, writes(s.WritesPerGrant), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
 		}
 		if r := ratios(sc.Ratios); r != "" {
 			fmt.Fprintf(w, "\nRatios: %s\n", r)
@@ -210,6 +210,15 @@ func scenarioTitle(sc *result.Scenario) string {
 
 // ratioOrder is the order the known ratios print in; others follow sorted.
 var ratioOrder = []string{"lockd/raw", "lockd/etcd-mutex", "lockd-durable/etcd-mutex", "lockd-raw p50 ms"}
+
+// batch formats lockd's mean group commit size; "–" when not measured
+// (the other systems).
+func batch(b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", b)
+}
 
 // writes formats consensus writes per grant; "–" when not measured.
 func writes(w float64) string {

@@ -64,7 +64,10 @@ type System struct {
 	// grant, over the whole run: grants, releases, waiter keys, refused
 	// write transactions.
 	WritesPerGrant float64 `json:"writesPerGrant,omitempty"`
-	Skipped        string  `json:"skipped,omitempty"` // why a system did not run
+	// MeanBatch is, for lockd, how many grants and releases its etcd
+	// transactions carried on average (group commit; 1: none batched).
+	MeanBatch float64 `json:"meanBatch,omitempty"`
+	Skipped   string  `json:"skipped,omitempty"` // why a system did not run
 }
 
 // Summarize fills the percentiles and the CDF from grant latencies.
