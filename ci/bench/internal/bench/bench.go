@@ -40,6 +40,9 @@ type Options struct {
 	Profile   bool
 	// ProfileScenario is the scenario whose lockd run is profiled.
 	ProfileScenario string
+	// LockdArgs are more flags for lockd in the scenarios' runs (e.g.
+	// --max-batch=1, to measure without group commit).
+	LockdArgs []string
 	// Renewal at scale; Sessions 0 skips it.
 	RenewalSessions, RenewalHolds int
 	RenewalSteady                 time.Duration
@@ -102,7 +105,7 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 		run := &result.Run{Started: time.Now().UTC(), Mode: mode, Duration: o.Duration.String(),
 			Machine: fmt.Sprintf("%d CPUs, %s %s/%s", runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH)}
 		dir := filepath.Join(o.Out, mode)
-		r, err := rig.Start(ctx, rig.Config{Dir: dir, Mode: mode, Exe: exe, Lockd: lockd, Identities: 64, Pprof: o.Profile})
+		r, err := rig.Start(ctx, rig.Config{Dir: dir, Mode: mode, Exe: exe, Lockd: lockd, Identities: 64, Pprof: o.Profile, LockdArgs: o.LockdArgs})
 		if err != nil {
 			return runs, err
 		}

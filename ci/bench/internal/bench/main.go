@@ -29,6 +29,9 @@ Examples:
   # Only the embedded default, 10 s per system, no renewal
   go run ./ci/bench --mode embedded --duration 10s --renewal-sessions 0
 
+  # lockd without group commit (run it and the default in ABBA order to compare)
+  go run ./ci/bench --renewal-sessions 0 --systems raw,lockd --lockd-args=--max-batch=1
+
   # CI's smoke run (seconds)
   go run ./ci/bench --smoke
 
@@ -54,6 +57,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.RenewalSessions, "renewal-sessions", 40000, "sessions for the renewal run (0 skips it)")
 	fs.IntVar(&o.RenewalHolds, "renewal-holds", 250000, "holds for the renewal run")
 	fs.DurationVar(&o.RenewalSteady, "renewal-steady", 2*time.Minute, "how long the renewal run keeps every hold alive")
+	lockdArgs := fs.String("lockd-args", "", "more lockd flags for the scenarios' runs, space-separated (e.g. --max-batch=1: without group commit)")
 	smoke := fs.Bool("smoke", false, "a run of seconds, to keep the command from rotting (CI)")
 	render := fs.String("render", "", "render the table, report.md and charts again from a finished run's folder, without running anything")
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +79,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: --mode must be embedded, external or both, got %q\n", *mode)
 		return 2
 	}
+	o.LockdArgs = strings.Fields(*lockdArgs)
 	o.Scenarios = strings.Split(*scen, ",")
 	o.Systems = strings.Split(*systems, ",")
 	if *smoke {

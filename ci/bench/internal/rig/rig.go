@@ -66,6 +66,8 @@ type Config struct {
 	// ClientOptions are added to every Go client the load generator opens
 	// against this lockd.
 	ClientOptions []client.Option
+	// LockdArgs are added to lockd's flags.
+	LockdArgs []string
 }
 
 // Rig is the running etcd and lockd.
@@ -117,6 +119,7 @@ func start(ctx context.Context, c Config, classes string, try int) (*Rig, error)
 	if c.Pprof {
 		l.Args = append(l.Args, "--debug-pprof")
 	}
+	l.Args = append(l.Args, c.LockdArgs...)
 	if c.Audit != "" {
 		l.Args = append(l.Args, "--audit", c.Audit)
 	}
