@@ -72,6 +72,9 @@ type part struct {
 	then, els []clientv3.Op
 	// timeout bounds the batch's call (the longest of its parts').
 	timeout time.Duration
+	// ctx is the caller's: the first part's carries the batch's call in
+	// its trace (never its cancellation).
+	ctx context.Context
 	// need is the part's depth in etcd's --max-txn-ops budget; size its
 	// estimated bytes.
 	need, size int
@@ -114,7 +117,7 @@ func newCommitter(kv clientv3.KV, maxBatch, maxOps int, sizes prometheus.Observe
 // before p has been sent, p is withdrawn (ctx's error); once sent, commit
 // waits for the answer, so the arbiter always learns whether it granted.
 func (m *committer) commit(ctx context.Context, p *part) partResult {
-	p.done = make(chan partResult, 1)
+	p.done, p.ctx = make(chan partResult, 1), ctx
 	p.need, p.size = txnNeed(p.cmps, p.then, p.els), txnSize(p.cmps, p.then, p.els)
 	if p.guard != "" {
 		p.need++
@@ -211,7 +214,7 @@ func (m *committer) run(batch []*part) {
 		ops[i] = op
 	}
 	m.sizes.Observe(float64(len(batch)))
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), timeout)
 	resp, err := m.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(epochKey), "=", batch[0].epochRev)).
 		Then(ops...).
