@@ -100,7 +100,13 @@ func TestKilledTailerLosesNothingAndDuplicatesNothing(t *testing.T) {
 
 		// Holders: grant and release as fast as they can.
 		var mu sync.Mutex
-		granted, released := map[uint64]string{}, map[uint64]string{}
+		// A hold is its key and token: keys granted in one batch (group
+		// commit) share a token.
+		type hold struct {
+			key string
+			tok uint64
+		}
+		granted, released := map[hold]bool{}, map[hold]bool{}
 		ctx, stop := context.WithTimeout(context.Background(), 6*time.Second)
 		defer stop()
 		var wg sync.WaitGroup
@@ -116,11 +122,11 @@ func TestKilledTailerLosesNothingAndDuplicatesNothing(t *testing.T) {
 						continue
 					}
 					mu.Lock()
-					granted[l.Token()] = key
+					granted[hold{key, l.Token()}] = true
 					mu.Unlock()
 					if err := l.Release(context.Background()); err == nil {
 						mu.Lock()
-						released[l.Token()] = key
+						released[hold{key, l.Token()}] = true
 						mu.Unlock()
 					}
 				}
@@ -162,7 +168,7 @@ func TestKilledTailerLosesNothingAndDuplicatesNothing(t *testing.T) {
 			key string
 		}
 		seen := map[id]bool{}
-		starts, ends := map[uint64]int{}, map[uint64]int{}
+		starts, ends := map[hold]int{}, map[hold]int{}
 		for _, r := range rows {
 			k := id{r.ClusterID, r.Epoch, r.Revision, r.Key}
 			if seen[k] {
@@ -170,20 +176,20 @@ func TestKilledTailerLosesNothingAndDuplicatesNothing(t *testing.T) {
 			}
 			seen[k] = true
 			if r.Kind == audit.KindGrant || r.Kind == audit.KindHandoff {
-				starts[r.Token]++
+				starts[hold{r.Key, r.Token}]++
 			}
 			if r.Kind == audit.KindRelease || r.Kind == audit.KindHandoff {
-				ends[r.EndedToken]++
+				ends[hold{r.Key, r.EndedToken}]++
 			}
 		}
-		for tok, key := range granted {
-			if starts[tok] != 1 {
-				t.Errorf("grant of %s (token %d) is in the history %d times, want once", key, tok, starts[tok])
+		for h := range granted {
+			if starts[h] != 1 {
+				t.Errorf("grant of %s (token %d) is in the history %d times, want once", h.key, h.tok, starts[h])
 			}
 		}
-		for tok, key := range released {
-			if ends[tok] != 1 {
-				t.Errorf("release of %s (token %d) is in the history %d times, want once", key, tok, ends[tok])
+		for h := range released {
+			if ends[h] != 1 {
+				t.Errorf("release of %s (token %d) is in the history %d times, want once", h.key, h.tok, ends[h])
 			}
 		}
 		if len(granted) < 50 || kills < 5 {
