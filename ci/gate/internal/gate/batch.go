@@ -41,8 +41,9 @@ type BatchResult struct {
 	Details []string `json:"details,omitempty"`
 }
 
-// probeBatches runs the batch probe until ctx ends.
-func (r *run) probeBatches(ctx context.Context, res *BatchResult) {
+// probeBatches runs the batch probe and the line probe (lineprobe.go)
+// until ctx ends.
+func (r *run) probeBatches(ctx context.Context, res *BatchResult, line *LineProbe) {
 	t := time.NewTimer(3 * time.Second)
 	defer t.Stop()
 	for round := 0; ; round++ {
@@ -52,6 +53,7 @@ func (r *run) probeBatches(ctx context.Context, res *BatchResult) {
 		case <-t.C:
 		}
 		r.probeBatch(ctx, round, res)
+		r.probeLine(ctx, round, line)
 		t.Reset(batchEvery)
 	}
 }

@@ -156,10 +156,13 @@ type Summary struct {
 	// Moves is the check of the moves between entity shards.
 	Moves *MoveResult `json:"moves,omitempty"`
 	// Batch is the batch probe: bursts of grants, one for a held key.
-	Batch     BatchResult `json:"batch"`
-	Artifacts string      `json:"artifacts"`
-	Passed    bool        `json:"passed"`
-	Reason    string      `json:"reason,omitempty"`
+	Batch BatchResult `json:"batch"`
+	// LineProbe counts the releases the gate made with two waiters in one
+	// lockd's line (the durable-line check judges them).
+	LineProbe LineProbe `json:"lineProbe"`
+	Artifacts string    `json:"artifacts"`
+	Passed    bool      `json:"passed"`
+	Reason    string    `json:"reason,omitempty"`
 }
 
 type run struct {
@@ -234,7 +237,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	r.wallOffset = time.Now().UnixNano() - r.start
 	pctx, stopProbe := context.WithCancel(ctx)
 	probed := make(chan struct{})
-	go func() { defer close(probed); r.probeBatches(pctx, &s.Batch) }()
+	go func() { defer close(probed); r.probeBatches(pctx, &s.Batch, &s.LineProbe) }()
 	r.inject(ctx)
 	stopProbe()
 	<-probed
@@ -375,7 +378,7 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 	}
 	// The gate's own holds: the batch probe's, a move's drain, and the
 	// map-stall probe.
-	r.grantOf = append(r.grantOf, Mover, Prober)
+	r.grantOf = append(r.grantOf, Mover, Prober, Prober2)
 	if err := r.writeClasses(TTL, -1); err != nil {
 		return err
 	}

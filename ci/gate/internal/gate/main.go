@@ -166,8 +166,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			rv.Revokes, rv.Others, rv.OtherCluster, len(rv.Details) == 0)
 	}
 	l := s.Line
-	fmt.Fprintf(stdout, "durable line: %d store lives, %d grants of durable keys, %d with waiters in line, %d violations\n",
-		l.Lives, l.Grants, l.Contested, len(l.Violations))
+	fmt.Fprintf(stdout, "durable line: %d store lives, %d grants of durable keys, %d with waiters in line, %d violations; line probe: %d releases with two waiters in one lockd's line (%d skipped)\n",
+		l.Lives, l.Grants, l.Contested, len(l.Violations), s.LineProbe.Rounds, s.LineProbe.Skipped)
 	for i, v := range l.Violations {
 		if i == 5 {
 			fmt.Fprintf(stdout, "  … %d more in summary.json\n", len(l.Violations)-5)
