@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -714,11 +715,13 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 		if ep != st.epoch {
 			return false, ErrStaleToken
 		}
-		cmp := []clientv3.Cmp{
+		// own are the hold's compares; a handoff's transaction, sent
+		// alone, adds the epoch record's (a batch compares it once).
+		own := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(hk), "=", rev),
 			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
-			clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev),
 		}
+		cmp := append(slices.Clip(own), clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev))
 		if done, err := c.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
 			return err == nil, err
 		}
@@ -730,7 +733,7 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 			return released, err
 		}
 		start := time.Now()
-		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, &part{key: key, epochRev: st.modRev, cmps: cmp[:2],
+		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, &part{key: key, epochRev: st.modRev, cmps: own,
 			then: []clientv3.Op{clientv3.OpDelete(hk)}, els: []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey)},
 			timeout: c.callTimeout(ctx)}), start)
 		if err != nil {
