@@ -261,6 +261,33 @@ func ephemeralLow() int {
 	return low
 }
 
+// Series reads every series of the metric family name from addr's
+// /metrics, by the series as written (name and labels); an empty map when
+// it cannot.
+func Series(ctx context.Context, addr, name string) map[string]float64 {
+	out := map[string]float64{}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			i := strings.LastIndexByte(line, ' ')
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				out[line[:i]] = v
+			}
+		}
+	}
+	return out
+}
+
 // Metric reads one value from the Prometheus text at http://addr/metrics:
 // the first series of the metric named name, or the one series name names
 // with its labels exactly as exposed (`lockd_audit_lag_revisions{cluster="1f"}`).

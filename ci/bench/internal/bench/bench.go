@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +46,10 @@ type Options struct {
 	// LockdArgs are more flags for lockd in the scenarios' runs (e.g.
 	// --max-batch=1, to measure without group commit).
 	LockdArgs []string
+	// LockdBin, when set, is the lockd binary to run instead of one built
+	// from this tree (e.g. a build of another commit, to compare two
+	// builds run after run in ABBA order).
+	LockdBin string
 	// Renewal at scale; Sessions 0 skips it.
 	RenewalSessions, RenewalHolds int
 	RenewalSteady                 time.Duration
@@ -92,10 +99,13 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	lockd := filepath.Join(o.Out, "bin", "lockd")
-	logf(o.Log, "building lockd")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("bench: building lockd: %v\n%s", err, out)
+	lockd := o.LockdBin
+	if lockd == "" {
+		lockd = filepath.Join(o.Out, "bin", "lockd")
+		logf(o.Log, "building lockd")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("bench: building lockd: %v\n%s", err, out)
+		}
 	}
 	redisAddr, stopRedis, redisWhy := startRedis(o.Out, slices.Contains(o.Systems, result.Redsync))
 	defer stopRedis()
@@ -207,6 +217,9 @@ func ratios(sc *result.Scenario) {
 		sc.Ratios["lockd/raw"] = l.GrantsPerSec / raw.GrantsPerSec
 		sc.Ratios["lockd-raw p50 ms"] = float64(l.P50-raw.P50) / float64(time.Millisecond)
 	}
+	if d := sc.Find(result.LockdDurable); d != nil && d.Skipped == "" && l.GrantsPerSec > 0 {
+		sc.Ratios["lockd-durable/lockd"] = d.GrantsPerSec / l.GrantsPerSec
+	}
 	if mu != nil && mu.Skipped == "" && mu.GrantsPerSec > 0 {
 		sc.Ratios["lockd/etcd-mutex"] = l.GrantsPerSec / mu.GrantsPerSec
 		if d := sc.Find(result.LockdDurable); d != nil && d.Skipped == "" {
@@ -260,6 +273,7 @@ func merge(name string, parts []measured) *result.System {
 		writes += p.sys.WritesPerGrant * float64(p.sys.Grants)
 		batched += p.sys.MeanBatch * float64(p.sys.Grants)
 		lockdCPU += p.sys.LockdCPU * p.sys.Elapsed.Seconds()
+		out.Batches = mergeBatches(out.Batches, p.sys.Batches)
 		etcdCPU += p.sys.EtcdCPU * p.sys.Elapsed.Seconds()
 		lat = append(lat, p.lat...)
 	}
@@ -271,6 +285,9 @@ func merge(name string, parts []measured) *result.System {
 	if out.Grants > 0 {
 		out.WritesPerGrant = writes / float64(out.Grants)
 		out.MeanBatch = batched / float64(out.Grants)
+		if name == result.Lockd || name == result.LockdDurable {
+			out.LockdCPUPerGrant = time.Duration(lockdCPU / float64(out.Grants) * float64(time.Second))
+		}
 	}
 	out.Summarize(lat)
 	return out
@@ -306,6 +323,7 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	eu0, _ := rig.ReadUsage(r.EtcdPID())
 	w0, _ := proposals(ctx, r)
 	b0, bn0 := batches(ctx, r)
+	hist0 := batchHistogram(ctx, r)
 	start := time.Now()
 	deadline := start.Add(d)
 	var mu sync.Mutex
@@ -355,6 +373,7 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	w1, ok := proposals(ctx, r)
 	if b1, bn1 := batches(ctx, r); (name == result.Lockd || name == result.LockdDurable) && bn1 > bn0 {
 		out.MeanBatch = (b1 - b0) / (bn1 - bn0)
+		out.Batches = batchSpread(hist0, batchHistogram(ctx, r))
 	}
 	out.Grants = len(all)
 	if ok && out.Grants > 0 {
@@ -365,7 +384,58 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	if r.EtcdPID() != r.LockdPID() {
 		out.EtcdCPU = (eu1.CPU - eu0.CPU).Seconds() / out.Elapsed.Seconds()
 	}
+	if (name == result.Lockd || name == result.LockdDurable) && out.Grants > 0 {
+		out.LockdCPUPerGrant = (lu1.CPU - lu0.CPU) / time.Duration(out.Grants)
+	}
 	return measured{sys: out, lat: all}
+}
+
+// batchHistogram reads lockd_commit_batch_size's cumulative bucket counts
+// by upper bound, over every cluster.
+func batchHistogram(ctx context.Context, r *rig.Rig) map[float64]float64 {
+	out := map[float64]float64{}
+	for series, v := range proc.Series(ctx, r.Lockd.Metrics, "lockd_commit_batch_size_bucket") {
+		_, le, ok := strings.Cut(series, `le="`)
+		if !ok {
+			continue
+		}
+		le, _, _ = strings.Cut(le, `"`)
+		if bound, err := strconv.ParseFloat(le, 64); err == nil { // +Inf too
+			out[bound] += v
+		}
+	}
+	return out
+}
+
+// batchSpread is the transactions of each bucket between two readings of
+// batchHistogram, smallest bound first; buckets with none are left out.
+func batchSpread(before, after map[float64]float64) []result.BatchBucket {
+	bounds := slices.Sorted(maps.Keys(after))
+	var out []result.BatchBucket
+	prev, from := 0.0, 1
+	for _, b := range bounds {
+		cum := after[b] - before[b]
+		if n := cum - prev; n > 0 && !math.IsInf(b, 1) {
+			out = append(out, result.BatchBucket{From: from, UpTo: int(b), Txns: n})
+		}
+		prev, from = cum, int(b)+1
+	}
+	return out
+}
+
+// mergeBatches adds b's buckets to a's.
+func mergeBatches(a, b []result.BatchBucket) []result.BatchBucket {
+	n := map[int]result.BatchBucket{}
+	for _, x := range slices.Concat(a, b) {
+		m := n[x.UpTo]
+		m.From, m.UpTo, m.Txns = x.From, x.UpTo, m.Txns+x.Txns
+		n[x.UpTo] = m
+	}
+	var out []result.BatchBucket
+	for _, up := range slices.Sorted(maps.Keys(n)) {
+		out = append(out, n[up])
+	}
+	return out
 }
 
 // batches reads lockd's group commit histogram: the grants and releases

@@ -32,6 +32,9 @@ Examples:
   # lockd without group commit (run it and the default in ABBA order to compare)
   go run ./ci/bench --renewal-sessions 0 --systems raw,lockd --lockd-args=--max-batch=1
 
+  # Another build of lockd (e.g. the parent commit's), to compare runs in ABBA order
+  go run ./ci/bench --mode external --scenarios uncontended-w64 --systems raw,lockd --renewal-sessions 0 --lockd-bin /tmp/lockd-parent
+
   # CI's smoke run (seconds)
   go run ./ci/bench --smoke
 
@@ -57,6 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.RenewalSessions, "renewal-sessions", 40000, "sessions for the renewal run (0 skips it)")
 	fs.IntVar(&o.RenewalHolds, "renewal-holds", 250000, "holds for the renewal run")
 	fs.DurationVar(&o.RenewalSteady, "renewal-steady", 2*time.Minute, "how long the renewal run keeps every hold alive")
+	fs.StringVar(&o.LockdBin, "lockd-bin", "", "a lockd binary to run instead of building this tree's (compare two builds in runs of ABBA order)")
 	lockdArgs := fs.String("lockd-args", "", "more lockd flags for the scenarios' runs, space-separated (e.g. --max-batch=1: without group commit)")
 	smoke := fs.Bool("smoke", false, "a run of seconds, to keep the command from rotting (CI)")
 	render := fs.String("render", "", "render the table, report.md and charts again from a finished run's folder, without running anything")

@@ -125,12 +125,14 @@ const tracingRounds = 5
 // tenth of new traces, the rest following their parent.
 const sampledRatio = 0.1
 
-// tracingCompare measures lockd and its Go clients with tracing off, on
-// with one trace in ten sampled (parentbased_traceidratio 0.1) and on with
-// every trace sampled, in one run (off, 10 %, all, all, 10 %, off, three
-// times; the audit tailer off throughout). On, lockd exports over OTLP as configured
-// by OTEL_* and the load generator's clients with their own provider, both
-// to a sink of the side's own.
+// tracingCompare measures lockd and its Go clients with tracing off; lockd
+// alone tracing one trace in ten (parentbased_traceidratio 0.1) while its
+// callers trace nothing (lockd's own cost); lockd and its callers tracing
+// one in ten; and both tracing every call; in one run (off, lockd, 10 %,
+// all, all, 10 %, lockd, off, per round; the audit tailer off throughout).
+// On, lockd exports over OTLP as configured by OTEL_* and the load
+// generator's clients with their own provider, both to a sink of the
+// side's own.
 func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.Tracing, error) {
 	sc, err := scenarioNamed(tracingScenario)
 	if err != nil {
@@ -143,6 +145,7 @@ func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.
 	}
 	sides := map[string]*side{}
 	for name, sampler := range map[string]sdktrace.Sampler{
+		"lockd":   sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sampledRatio)),
 		"sampled": sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sampledRatio)),
 		"all":     sdktrace.ParentBased(sdktrace.AlwaysSample()),
 	} {
@@ -158,17 +161,20 @@ func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sampler))
 		defer func() { _ = tp.Shutdown(context.Background()) }()
 		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + sink.addr, "OTEL_EXPORTER_OTLP_INSECURE=true"}
-		if name == "sampled" {
+		if name != "all" {
 			env = append(env, "OTEL_TRACES_SAMPLER=parentbased_traceidratio", fmt.Sprintf("OTEL_TRACES_SAMPLER_ARG=%g", sampledRatio))
 		}
 		sides[name] = &side{sink: sink, tp: tp, env: env}
 	}
 	// Fewer rounds when passes would be shorter than about 3 s (the smoke run).
 	rounds := min(tracingRounds, max(1, int(o.Duration/(6*time.Second))))
-	got, each, err := abba(ctx, o, exe, lockd, "tracing", sc, []string{"off", "sampled", "all"}, rounds, func(name string) abbaPass {
+	got, each, err := abba(ctx, o, exe, lockd, "tracing", sc, []string{"off", "lockd", "sampled", "all"}, rounds, func(name string) abbaPass {
 		s := sides[name]
-		if s == nil {
+		switch name {
+		case "off":
 			return abbaPass{rig: rig.Config{Audit: "off"}}
+		case "lockd": // lockd traces, its callers do not
+			return abbaPass{rig: rig.Config{Audit: "off", Env: s.env}}
 		}
 		return abbaPass{rig: rig.Config{Audit: "off", Env: s.env, ClientOptions: []client.Option{client.WithTracerProvider(s.tp)}}}
 	})
@@ -178,21 +184,26 @@ func tracingCompare(ctx context.Context, o Options, exe, lockd string) (*result.
 	for _, s := range sides {
 		_ = s.tp.ForceFlush(ctx)
 	}
-	off, sampled, all := got["off"], got["sampled"], got["all"]
+	off, lockdOnly, sampled, all := got["off"], got["lockd"], got["sampled"], got["all"]
 	t := &result.Tracing{Scenario: tracingScenario, SampledRatio: sampledRatio, Rounds: rounds,
+		LockdOnlyGrantsPerSec: lockdOnly.GrantsPerSec, LockdOnlyP99: lockdOnly.P99, LockdOnlyLockdCPUPerGrant: cpuPerGrant(lockdOnly),
+		LockdOnlySpans:  sides["lockd"].sink.spans.Load(),
 		OffGrantsPerSec: off.GrantsPerSec, SampledGrantsPerSec: sampled.GrantsPerSec, AllGrantsPerSec: all.GrantsPerSec,
 		OffP99: off.P99, SampledP99: sampled.P99, AllP99: all.P99,
 		OffLockdCPUPerGrant: cpuPerGrant(off), SampledLockdCPUPerGrant: cpuPerGrant(sampled), AllLockdCPUPerGrant: cpuPerGrant(all),
 		SampledSpans: sides["sampled"].sink.spans.Load(), AllSpans: sides["all"].sink.spans.Load()}
+	t.LockdOnlyRounds = roundRatios(each["lockd"], each["off"])
+	t.LockdOnlyRatioOfOff = median(t.LockdOnlyRounds)
 	t.SampledRounds = roundRatios(each["sampled"], each["off"])
 	t.AllRounds = roundRatios(each["all"], each["off"])
 	t.SampledRatioOfOff, t.AllRatioOfOff = median(t.SampledRounds), median(t.AllRounds)
-	if t.AllSpans == 0 {
+	if t.AllSpans == 0 || t.LockdOnlySpans == 0 {
 		return nil, fmt.Errorf("bench: tracing on exported no spans: the comparison measured nothing")
 	}
-	logf(o.Log, "tracing: lockd %s %.0f grants/s with tracing off, %.0f with %g of traces sampled (median of rounds %.2fx: %.2f), %.0f with all (%.2fx: %.2f); %d and %d spans exported",
-		tracingScenario, t.OffGrantsPerSec, t.SampledGrantsPerSec, sampledRatio, t.SampledRatioOfOff, t.SampledRounds,
-		t.AllGrantsPerSec, t.AllRatioOfOff, t.AllRounds, t.SampledSpans, t.AllSpans)
+	logf(o.Log, "tracing: lockd %s %.0f grants/s with tracing off, %.0f with lockd alone sampling %g (clients untraced; %.2fx: %.2f), %.0f with lockd and clients sampling %g (median of rounds %.2fx: %.2f), %.0f with all (%.2fx: %.2f); %d, %d and %d spans exported",
+		tracingScenario, t.OffGrantsPerSec, t.LockdOnlyGrantsPerSec, sampledRatio, t.LockdOnlyRatioOfOff, t.LockdOnlyRounds,
+		t.SampledGrantsPerSec, sampledRatio, t.SampledRatioOfOff, t.SampledRounds,
+		t.AllGrantsPerSec, t.AllRatioOfOff, t.AllRounds, t.LockdOnlySpans, t.SampledSpans, t.AllSpans)
 	return t, nil
 }
 

@@ -27,7 +27,7 @@ func Table(w io.Writer, run *result.Run) {
 	fmt.Fprintln(tw, header(run))
 	for _, sc := range run.Scenarios {
 		fmt.Fprintf(tw, "\n%s\n", scenarioTitle(sc))
-		fmt.Fprintln(tw, "  system\tgrants/s\tp50\tp99\tp99.9\terrors\twrites/grant\tbatch\tCPU (cores)\tfencing")
+		fmt.Fprintln(tw, "  system\tgrants/s\tp50\tp99\tp99.9\terrors\twrites/grant\tbatch\tCPU (cores)\tlockd CPU/grant\tfencing")
 		for _, s := range sc.Systems {
 			if s.Skipped != "" {
 				// The reason is the line's last cell: it does not widen
@@ -35,12 +35,17 @@ func Table(w io.Writer, run *result.Run) {
 				fmt.Fprintf(tw, "  %s\tskipped: %s\n", Label(s), s.Skipped)
 				continue
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
 				Label(s), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
-				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), perGrant(s.LockdCPUPerGrant), yesNo(fences(s)))
 		}
 		if r := ratios(sc.Ratios); r != "" {
 			fmt.Fprintf(tw, "  ratios: %s\n", r)
+		}
+		for _, s := range sc.Systems {
+			if b := spread(s.Batches); b != "" {
+				fmt.Fprintf(tw, "  batch sizes, %s: %s of its transactions\n", s.Name, b)
+			}
 		}
 	}
 	if rn := run.Renewal; rn != nil {
@@ -63,7 +68,7 @@ func Table(w io.Writer, run *result.Run) {
 		}
 	}
 	if t := run.Tracing; t != nil {
-		fmt.Fprintf(tw, "\ntracing (%s, lockd alone, off/sampled/all/all/sampled/off ×%d, median of rounds)\n", t.Scenario, t.Rounds)
+		fmt.Fprintf(tw, "\ntracing (%s, off/lockd/sampled/all/all/sampled/lockd/off ×%d, median of rounds)\n", t.Scenario, t.Rounds)
 		for _, row := range tracingRows(t) {
 			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 		}
@@ -86,11 +91,12 @@ func tracingRows(t *result.Tracing) [][2]string {
 	pct := fmt.Sprintf("%g %%", t.SampledRatio*100)
 	return [][2]string{
 		{"grants/s, tracing off", rate(t.OffGrantsPerSec)},
-		{"grants/s, " + pct + " of traces sampled", fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.SampledGrantsPerSec), t.SampledRatioOfOff, roundRatios(t.SampledRounds))},
+		{"grants/s, lockd alone sampling " + pct + " (clients untraced)", fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.LockdOnlyGrantsPerSec), t.LockdOnlyRatioOfOff, roundRatios(t.LockdOnlyRounds))},
+		{"grants/s, lockd and clients sampling " + pct, fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.SampledGrantsPerSec), t.SampledRatioOfOff, roundRatios(t.SampledRounds))},
 		{"grants/s, every trace sampled", fmt.Sprintf("%s (%.2fx; rounds %s)", rate(t.AllGrantsPerSec), t.AllRatioOfOff, roundRatios(t.AllRounds))},
-		{"p99, off / " + pct + " / all", latency(t.OffP99) + " / " + latency(t.SampledP99) + " / " + latency(t.AllP99)},
-		{"CPU per grant in lockd, off / " + pct + " / all", latency(t.OffLockdCPUPerGrant) + " / " + latency(t.SampledLockdCPUPerGrant) + " / " + latency(t.AllLockdCPUPerGrant)},
-		{"spans exported, " + pct + " / all", fmt.Sprintf("%d / %d", t.SampledSpans, t.AllSpans)},
+		{"p99, off / lockd alone / " + pct + " / all", latency(t.OffP99) + " / " + latency(t.LockdOnlyP99) + " / " + latency(t.SampledP99) + " / " + latency(t.AllP99)},
+		{"CPU per grant in lockd, off / lockd alone / " + pct + " / all", latency(t.OffLockdCPUPerGrant) + " / " + latency(t.LockdOnlyLockdCPUPerGrant) + " / " + latency(t.SampledLockdCPUPerGrant) + " / " + latency(t.AllLockdCPUPerGrant)},
+		{"spans exported, lockd alone / " + pct + " / all", fmt.Sprintf("%d / %d / %d", t.LockdOnlySpans, t.SampledSpans, t.AllSpans)},
 	}
 }
 
@@ -109,20 +115,25 @@ func Markdown(w io.Writer, run *result.Run) {
 	fmt.Fprintf(w, "%s\n", header(run))
 	for _, sc := range run.Scenarios {
 		fmt.Fprintf(w, "\n### %s\n\n", scenarioTitle(sc))
-		fmt.Fprintln(w, "| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | batch | CPU (cores) | fencing |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|---|")
+		fmt.Fprintln(w, "| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | batch | CPU (cores) | lockd CPU/grant | fencing |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|")
 		for _, s := range sc.Systems {
 			if s.Skipped != "" {
-				fmt.Fprintf(w, "| %s | skipped: %s | – | – | – | – | – | – | – | – |\n",
+				fmt.Fprintf(w, "| %s | skipped: %s | – | – | – | – | – | – | – | – | – |\n",
 					mdEscape(Label(s)), mdEscape(s.Skipped))
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s | %s | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s |\n",
 				mdEscape(Label(s)), rate(s.GrantsPerSec), latency(s.P50), latency(s.P99), latency(s.P999),
-				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), yesNo(fences(s)))
+				s.Errors, writes(s.WritesPerGrant), batch(s.MeanBatch), pair(s.LockdCPU, s.EtcdCPU, "%.2f"), perGrant(s.LockdCPUPerGrant), yesNo(fences(s)))
 		}
 		if r := ratios(sc.Ratios); r != "" {
 			fmt.Fprintf(w, "\nRatios: %s\n", r)
+		}
+		for _, s := range sc.Systems {
+			if b := spread(s.Batches); b != "" {
+				fmt.Fprintf(w, "\nBatch sizes, %s: %s of its transactions\n", s.Name, b)
+			}
 		}
 	}
 	if rn := run.Renewal; rn != nil {
@@ -144,7 +155,7 @@ func Markdown(w io.Writer, run *result.Run) {
 		mdRows(w, fmt.Sprintf("Audit tailer (%s, lockd alone, ABBA off/on/on/off)", a.Scenario), auditRows(a))
 	}
 	if t := run.Tracing; t != nil {
-		mdRows(w, fmt.Sprintf("Tracing (%s, lockd alone, off/sampled/all/all/sampled/off ×%d, median of rounds)", t.Scenario, t.Rounds), tracingRows(t))
+		mdRows(w, fmt.Sprintf("Tracing (%s, off/lockd/sampled/all/all/sampled/lockd/off ×%d, median of rounds)", t.Scenario, t.Rounds), tracingRows(t))
 	}
 }
 
@@ -209,7 +220,7 @@ func scenarioTitle(sc *result.Scenario) string {
 }
 
 // ratioOrder is the order the known ratios print in; others follow sorted.
-var ratioOrder = []string{"lockd/raw", "lockd/etcd-mutex", "lockd-durable/etcd-mutex", "lockd-raw p50 ms"}
+var ratioOrder = []string{"lockd/raw", "lockd/etcd-mutex", "lockd-durable/etcd-mutex", "lockd-durable/lockd", "lockd-raw p50 ms"}
 
 // batch formats lockd's mean group commit size; "–" when not measured
 // (the other systems).
@@ -218,6 +229,36 @@ func batch(b float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", b)
+}
+
+// perGrant formats lockd's CPU time per grant and release; "–" when not
+// measured (the other systems).
+func perGrant(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return latency(d)
+}
+
+// spread formats a batch size distribution as each bucket's share of the
+// transactions, e.g. "1: 2%, 2: 1%, 3-4: 3%, 17-32: 60%"; "" for none.
+func spread(bs []result.BatchBucket) string {
+	total := 0.0
+	for _, b := range bs {
+		total += b.Txns
+	}
+	if total == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(bs))
+	for _, b := range bs {
+		name := strconv.Itoa(b.UpTo)
+		if b.UpTo > b.From {
+			name = fmt.Sprintf("%d-%d", b.From, b.UpTo)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %.0f%%", name, 100*b.Txns/total))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writes formats consensus writes per grant; "–" when not measured.

@@ -35,6 +35,8 @@ func system(name string, fencing bool, perSec float64, base time.Duration) *resu
 	}
 	if name == result.Lockd {
 		s.MeanBatch = 7.5
+		s.LockdCPUPerGrant = 104 * time.Microsecond
+		s.Batches = []result.BatchBucket{{From: 1, UpTo: 1, Txns: 10}, {From: 5, UpTo: 8, Txns: 30}, {From: 9, UpTo: 16, Txns: 60}}
 	}
 	for i := range s.CDF {
 		s.CDF[i] = time.Duration(float64(base) * math.Exp(4*float64(i)/200))
@@ -87,7 +89,9 @@ func testRun() *result.Run {
 		Audit: &result.Audit{Scenario: "uncontended-w64", OffGrantsPerSec: 5200, OnGrantsPerSec: 4900, Ratio: 0.94,
 			LagP99: 670 * time.Millisecond, LagMax: 900 * time.Millisecond, Samples: 40},
 		Tracing: &result.Tracing{Scenario: "uncontended-w64", SampledRatio: 0.1, Rounds: 3,
-			OffGrantsPerSec: 5200, SampledGrantsPerSec: 5000, AllGrantsPerSec: 4200, SampledRatioOfOff: 0.96, AllRatioOfOff: 0.81,
+			OffGrantsPerSec: 5200, LockdOnlyGrantsPerSec: 5100, LockdOnlyRatioOfOff: 0.98, LockdOnlyRounds: []float64{0.97, 0.98, 1.0},
+			LockdOnlyLockdCPUPerGrant: 255 * time.Microsecond, LockdOnlyP99: 21500 * time.Microsecond, LockdOnlySpans: 1234,
+			SampledGrantsPerSec: 5000, AllGrantsPerSec: 4200, SampledRatioOfOff: 0.96, AllRatioOfOff: 0.81,
 			SampledRounds: []float64{0.95, 0.96, 0.99}, AllRounds: []float64{0.8, 0.81, 0.83},
 			OffLockdCPUPerGrant: 250 * time.Microsecond, SampledLockdCPUPerGrant: 262 * time.Microsecond, AllLockdCPUPerGrant: 301 * time.Microsecond,
 			OffP99: 21 * time.Millisecond, SampledP99: 22 * time.Millisecond, AllP99: 30 * time.Millisecond,
@@ -108,6 +112,8 @@ func TestTable(t *testing.T) {
 		"5.25 ms", // raw p99: 100µs*e^3.96
 		"lockd 0.50, etcd 0.25",
 		"ratios: lockd/raw 0.92x, lockd/etcd-mutex 1.85x, lockd-raw p50 +0.15 ms",
+		"batch sizes, lockd: 1: 10%, 5-8: 30%, 9-16: 60% of its transactions",
+		"104 µs", // lockd's CPU per grant
 		"ratios: lockd/raw 0.93x, lockd/etcd-mutex 2.52x, lockd-raw p50 +3.69 ms",
 		"redsync (no fencing)",
 		"skipped: redis not reachable at 127.0.0.1:6379",
@@ -139,9 +145,10 @@ func TestMarkdown(t *testing.T) {
 	Markdown(&buf, testRun())
 	out := buf.String()
 	for _, want := range []string{
-		"| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | batch | CPU (cores) | fencing |",
-		"|---|--:|--:|--:|--:|--:|--:|--:|---|---|",
-		"| 3 | 2.25 | 7.5 | lockd 0.50 | yes |",
+		"| system | grants/s | p50 | p99 | p99.9 | errors | writes/grant | batch | CPU (cores) | lockd CPU/grant | fencing |",
+		"|---|--:|--:|--:|--:|--:|--:|--:|---|--:|---|",
+		"| 3 | 2.25 | 7.5 | lockd 0.50 | 104 µs | yes |",
+		"Batch sizes, lockd: 1: 10%, 5-8: 30%, 9-16: 60% of its transactions",
 		"### contended-w64 (64 workers, 1 key)",
 		"| redsync (no fencing) | 9101 |",
 		"| redsync (no fencing) | skipped: redis not reachable at 127.0.0.1:6379 |",

@@ -67,7 +67,21 @@ type System struct {
 	// MeanBatch is, for lockd, how many grants and releases its etcd
 	// transactions carried on average (group commit; 1: none batched).
 	MeanBatch float64 `json:"meanBatch,omitempty"`
-	Skipped   string  `json:"skipped,omitempty"` // why a system did not run
+	// Batches is, for lockd, how its transactions' sizes were spread:
+	// transactions carrying From to UpTo parts, from
+	// lockd_commit_batch_size's buckets.
+	Batches []BatchBucket `json:"batches,omitempty"`
+	// LockdCPUPerGrant is lockd's CPU time per grant and release (its
+	// embedded etcd's included on the embedded default).
+	LockdCPUPerGrant time.Duration `json:"lockdCPUPerGrant,omitempty"`
+	Skipped          string        `json:"skipped,omitempty"` // why a system did not run
+}
+
+// BatchBucket is one bucket of the batch size distribution.
+type BatchBucket struct {
+	From int     `json:"from"`
+	UpTo int     `json:"upTo"`
+	Txns float64 `json:"txns"`
 }
 
 // Summarize fills the percentiles and the CDF from grant latencies.
@@ -141,7 +155,18 @@ type Tracing struct {
 	// Grants/s and p99 of each side (all its passes); the ratios are the
 	// median over the rounds of each side's grants over the off side's in
 	// the same round (SampledRounds, AllRounds).
-	OffGrantsPerSec     float64   `json:"offGrantsPerSec"`
+	OffGrantsPerSec float64 `json:"offGrantsPerSec"`
+	// LockdOnly*: lockd traces with SampledRatio of its traces sampled and
+	// the load generator's clients trace nothing (no trace context on the
+	// calls): lockd's own cost, as when its callers do not trace.
+	LockdOnlyGrantsPerSec     float64       `json:"lockdOnlyGrantsPerSec"`
+	LockdOnlyRatioOfOff       float64       `json:"lockdOnlyRatioOfOff"`
+	LockdOnlyRounds           []float64     `json:"lockdOnlyRounds"`
+	LockdOnlyLockdCPUPerGrant time.Duration `json:"lockdOnlyLockdCPUPerGrant"`
+	LockdOnlyP99              time.Duration `json:"lockdOnlyP99"`
+	LockdOnlySpans            int64         `json:"lockdOnlySpans"`
+	// Sampled* and All*: lockd and the clients both trace, with
+	// SampledRatio of new traces sampled, or every one.
 	SampledGrantsPerSec float64   `json:"sampledGrantsPerSec"`
 	AllGrantsPerSec     float64   `json:"allGrantsPerSec"`
 	SampledRatioOfOff   float64   `json:"sampledRatioOfOff"`
