@@ -34,6 +34,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/shardmap"
@@ -58,6 +59,11 @@ type Config struct {
 	Client *clientv3.Client
 	// Leases is the raw lease client keepalives are forwarded on.
 	Leases pb.LeaseClient
+	// KV is the raw KV client of Client's cluster, which grants, releases
+	// and handoffs are sent on (internal/etcdop). Optional when Client has
+	// a connection of its own (one is made on it); required for an
+	// in-process client (store.Backend.KV).
+	KV pb.KVClient
 	// Operators are the SPIFFE IDs allowed to see tokens of others and to
 	// advance the epoch.
 	Operators []string
@@ -149,8 +155,9 @@ type Config struct {
 type Cluster struct {
 	// Name is the cluster's name, as operators know it (a DNS label).
 	Name string
-	// Client reaches it.
+	// Client reaches it; KV, optional, is its raw KV client (see Config.KV).
 	Client *clientv3.Client
+	KV     pb.KVClient
 	// Tiers are the tiers whose keys live in it (not the coord tier).
 	Tiers []class.Tier
 	// StateFile and Bootstrap are as Config's, for this cluster. A first
@@ -264,7 +271,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 			homeCfg.tiers = append(homeCfg.tiers, t)
 		}
 	}
-	home := newCell(homeCfg, cfg.Client, cfg.Leases, cfg.StateFile, floor)
+	home := newCell(homeCfg, cfg.Client, etcdop.Raw(cfg.Client, cfg.KV), cfg.Leases, cfg.StateFile, floor)
 	cells := []*cell{home}
 	for _, cl := range cfg.Clusters {
 		fl, err := loadWatermark(cl.StateFile)
@@ -273,7 +280,7 @@ func New(cfg Config, policy *Policy) (*Arbiter, error) {
 		}
 		cc := base
 		cc.name, cc.tiers, cc.bootstrap = cl.Name, slices.Clone(cl.Tiers), cl.Bootstrap
-		c := newCell(cc, cl.Client, nil, cl.StateFile, fl) // leases are renewed with cli's KeepAliveOnce
+		c := newCell(cc, cl.Client, etcdop.Raw(cl.Client, cl.KV), nil, cl.StateFile, fl) // leases are renewed with cli's KeepAliveOnce
 		c.maxTTLSeen.Store(fl.MaxSessionTTL)
 		cells = append(cells, c)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
@@ -47,7 +48,7 @@ const (
 )
 
 const (
-	// batchBytes bounds the estimated size of one batch, well under etcd's
+	// batchBytes bounds the size of one batch's parts, well under etcd's
 	// default request limit of 1.5 MiB.
 	batchBytes = 1 << 20
 )
@@ -68,15 +69,16 @@ type part struct {
 	// alone: the part puts on a lease whose record is not known, so it
 	// goes in a batch of its own (a gone lease then fails it alone).
 	alone     bool
-	cmps      []clientv3.Cmp
-	then, els []clientv3.Op
+	cmps      []*pb.Compare
+	then, els []*pb.RequestOp
 	// timeout bounds the batch's call (the longest of its parts').
 	timeout time.Duration
 	// ctx is the caller's: the first part's carries the batch's call in
 	// its trace (never its cancellation).
 	ctx context.Context
-	// need is the part's depth in etcd's --max-txn-ops budget; size its
-	// estimated bytes.
+	// nested is the part as the batch sends it (op); need is its depth in
+	// etcd's --max-txn-ops budget, size its bytes in the request.
+	nested     *pb.RequestOp
 	need, size int
 	done       chan partResult
 }
@@ -99,7 +101,7 @@ type partResult struct {
 
 // committer group-commits one cell's grant and release transactions.
 type committer struct {
-	kv       clientv3.KV
+	kv       etcdop.KV
 	maxBatch int
 	maxOps   int
 	sizes    prometheus.Observer
@@ -109,7 +111,7 @@ type committer struct {
 	pending []*part
 }
 
-func newCommitter(kv clientv3.KV, maxBatch, maxOps int, sizes prometheus.Observer) *committer {
+func newCommitter(kv etcdop.KV, maxBatch, maxOps int, sizes prometheus.Observer) *committer {
 	return &committer{kv: kv, maxBatch: maxBatch, maxOps: maxOps, sizes: sizes}
 }
 
@@ -118,10 +120,12 @@ func newCommitter(kv clientv3.KV, maxBatch, maxOps int, sizes prometheus.Observe
 // waits for the answer, so the arbiter always learns whether it granted.
 func (m *committer) commit(ctx context.Context, p *part) partResult {
 	p.done, p.ctx = make(chan partResult, 1), ctx
-	p.need, p.size = txnNeed(p.cmps, p.then, p.els), txnSize(p.cmps, p.then, p.els)
+	p.need = txnNeed(p.cmps, p.then, p.els)
 	if p.guard != "" {
 		p.need++
 	}
+	p.nested = p.op()
+	p.size = p.nested.Size()
 	if m.maxBatch <= 1 {
 		// Group commit is off: every part is a batch of its own, sent at
 		// once, concurrently with the others.
@@ -148,22 +152,30 @@ func (m *committer) commit(ctx context.Context, p *part) partResult {
 	}
 	m.sending = true
 	m.mu.Unlock()
-	m.send([]*part{p})
+	m.send([]*part{p}, true)
 	return <-p.done
 }
 
-// send commits batch, answers its parts, and starts the next batch from
-// the parts that arrived meanwhile, if any.
-func (m *committer) send(batch []*part) {
-	m.run(batch)
-	m.mu.Lock()
-	next := m.takeLocked()
-	if len(next) == 0 {
-		m.sending = false
-	}
-	m.mu.Unlock()
-	if len(next) > 0 {
-		go m.send(next)
+// send commits batch, answers its parts, and commits the parts that
+// arrived meanwhile, if any, in the next batch. A caller's goroutine
+// (caller) sends only its own batch and leaves the rest to a goroutine of
+// the committer's, which goes on while parts keep arriving: under load one
+// goroutine, its stack grown once, sends every batch.
+func (m *committer) send(batch []*part, caller bool) {
+	for {
+		m.run(batch)
+		m.mu.Lock()
+		batch = m.takeLocked()
+		if len(batch) == 0 {
+			m.sending = false
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		if caller {
+			go m.send(batch, false)
+			return
+		}
 	}
 }
 
@@ -196,30 +208,30 @@ func (m *committer) takeLocked() []*part {
 	return batch
 }
 
+// op is the part's nested Txn, inside its guard's when it has one.
+func (p *part) op() *pb.RequestOp {
+	op := etcdop.Txn(p.cmps, p.then, p.els)
+	if p.guard != "" {
+		op = etcdop.Txn([]*pb.Compare{etcdop.Lease(p.guard, p.lease)}, []*pb.RequestOp{op}, nil)
+	}
+	return op
+}
+
 // run commits batch as one Txn and answers every part.
 func (m *committer) run(batch []*part) {
 	timeout := time.Duration(0)
-	ops := make([]clientv3.Op, len(batch))
+	ops := make([]*pb.RequestOp, len(batch))
 	for i, p := range batch {
 		timeout = max(timeout, p.timeout)
-		cmps := p.cmps
+		ops[i] = p.nested
 		if batchDropsCompares && i > 0 {
-			cmps = nil
+			p.cmps = nil
+			ops[i] = p.op()
 		}
-		op := clientv3.OpTxn(cmps, p.then, p.els)
-		if p.guard != "" {
-			op = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(p.guard), "=", clientv3.LeaseID(p.lease))},
-				[]clientv3.Op{op}, nil)
-		}
-		ops[i] = op
 	}
 	m.sizes.Observe(float64(len(batch)))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), timeout)
-	resp, err := m.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(epochKey), "=", batch[0].epochRev)).
-		Then(ops...).
-		Else(clientv3.OpGet(epochKey)).
-		Commit()
+	resp, err := m.kv.Txn(ctx, etcdop.Request([]*pb.Compare{etcdop.Modified(epochKey, batch[0].epochRev)}, ops, []*pb.RequestOp{etcdop.Get(epochKey)}))
 	cancel()
 	for i, p := range batch {
 		p.done <- partOf(resp, err, i, p.guard != "")
@@ -247,30 +259,16 @@ func partOf(resp *clientv3.TxnResponse, err error, i int, guarded bool) partResu
 // txnNeed is how much of etcd's --max-txn-ops budget a nested Txn of cmps,
 // then and els takes: etcd allows a Txn max(compares, then, else) ops and
 // each nested Txn what is left of the budget.
-func txnNeed(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
+func txnNeed(cmps []*pb.Compare, then, els []*pb.RequestOp) int {
 	deepest := 0
-	for _, op := range slices.Concat(then, els) {
-		if op.IsTxn() {
-			c, t, e := op.Txn()
-			deepest = max(deepest, txnNeed(c, t, e))
+	for _, ops := range [2][]*pb.RequestOp{then, els} {
+		for _, op := range ops {
+			if t := op.GetRequestTxn(); t != nil {
+				deepest = max(deepest, txnNeed(t.Compare, t.Success, t.Failure))
+			}
 		}
 	}
 	return max(len(cmps), len(then), len(els)) + deepest
-}
-
-// txnSize estimates the bytes a nested Txn adds to a request.
-func txnSize(cmps []clientv3.Cmp, then, els []clientv3.Op) int {
-	n := 16
-	for _, c := range cmps {
-		n += 16 + len(c.KeyBytes()) + len(c.RangeEnd) + len(c.ValueBytes())
-	}
-	for _, op := range slices.Concat(then, els) {
-		n += 16 + len(op.KeyBytes()) + len(op.RangeBytes()) + len(op.ValueBytes())
-		if op.IsTxn() {
-			n += txnSize(op.Txn())
-		}
-	}
-	return n
 }
 
 // guardOf is the guard of a part that puts on lease: the key of the

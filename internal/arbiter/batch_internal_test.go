@@ -47,7 +47,7 @@ func heldBatch(t *testing.T, c *cell, n int, calls []func() error) (int, []error
 	m.mu.Lock()
 	batch := m.takeLocked()
 	m.mu.Unlock()
-	m.send(batch)
+	m.send(batch, false)
 	wg.Wait()
 	return len(batch), errs
 }

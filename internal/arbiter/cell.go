@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/shardmap"
 )
 
@@ -33,7 +34,10 @@ import (
 type cell struct {
 	cellConfig
 
-	cli    *clientv3.Client
+	cli *clientv3.Client
+	// kv sends the lock path's transactions, built as etcd's own messages
+	// (internal/etcdop), on the cluster's raw KV client.
+	kv     etcdop.KV
 	leases pb.LeaseClient // the home cell's: session keepalives are forwarded on it
 	admin  adminKV        // the admin operations' limited view of etcd
 
@@ -117,7 +121,7 @@ type cellConfig struct {
 
 // newCell returns the cell of the cluster cli reaches, with the state
 // file's watermark floor.
-func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
+func newCell(cfg cellConfig, cli *clientv3.Client, kv pb.KVClient, leases pb.LeaseClient, stateFile string, floor watermark) *cell {
 	var sizes prometheus.Observer = prometheus.ObserverFunc(func(float64) {})
 	if cfg.metrics != nil {
 		sizes = cfg.metrics.batchSize.WithLabelValues(cfg.name)
@@ -125,12 +129,13 @@ func newCell(cfg cellConfig, cli *clientv3.Client, leases pb.LeaseClient, stateF
 	return &cell{
 		cellConfig: cfg,
 		cli:        cli,
+		kv:         etcdop.NewKV(kv),
 		leases:     leases,
 		admin:      adminKV{kv: cli},
 		stateFile:  stateFile,
 		floor:      floor,
 		mark:       floor,
 		reloadMu:   make(chanMutex, 1),
-		commits:    newCommitter(cli, cfg.maxBatch, cfg.maxTxnOps, sizes),
+		commits:    newCommitter(etcdop.NewKV(kv), cfg.maxBatch, cfg.maxTxnOps, sizes),
 	}
 }

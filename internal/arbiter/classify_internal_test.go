@@ -22,7 +22,7 @@ func TestRetryRacingAnAdvanceGetsTheEpochItsTransactionCompared(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	set := class.NewSet(nil, nil)
-	a, err := New(Config{Client: b.Client, Leases: b.Leases, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(set))
+	a, err := New(Config{Client: b.Client, Leases: b.Leases, KV: b.KV, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(set))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,12 +81,9 @@ func startTwoClustersWith(t *testing.T, prepare func(coord, entity *store.Backen
 		t.Fatal(err)
 	}
 	t.Cleanup(coord.Close)
-	ep := freeAddr(t)
-	entity, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, "entity"), ClientURL: "http://" + ep, PeerURL: "http://" + freeAddr(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	entity := startOnFreePorts(t, filepath.Join(dir, "entity"))
 	t.Cleanup(entity.Close)
+	ep := entity.Embedded.Clients[0].Addr().String()
 	proxy, err := tcpproxy.Start(ep)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +102,7 @@ func startTwoClustersWith(t *testing.T, prepare func(coord, entity *store.Backen
 		t.Fatalf("classes: %v", problems)
 	}
 	a, err := New(Config{
-		Client: coord.Client, Leases: coord.Leases, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
+		Client: coord.Client, Leases: coord.Leases, KV: coord.KV, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
 		Operators:      []string{op1.ID, op2.ID},
 		RequestTimeout: 2 * time.Second, EpochRefresh: 200 * time.Millisecond, MaxEpochAge: time.Second,
 		Clusters: []Cluster{{Name: "entity", Client: entityCli, Tiers: []class.Tier{class.TierEntity}, Bootstrap: Bootstrap{FreshStore: true}}},
@@ -248,7 +245,7 @@ func TestASessionHoldsKeysOnTwoClustersWithALeaseOnEach(t *testing.T) {
 func TestClustersBootstrappedApartDoNotShareAnEpoch(t *testing.T) {
 	tc := startTwoClustersWith(t, func(coord, entity *store.Backend) {
 		for _, b := range []*store.Backend{coord, entity} {
-			alone, err := New(Config{Client: b.Client, Leases: b.Leases, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(class.NewSet(nil, nil)))
+			alone, err := New(Config{Client: b.Client, Leases: b.Leases, KV: b.KV, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(class.NewSet(nil, nil)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/lockkey"
 )
 
@@ -44,6 +45,9 @@ func (cfg *Config) validate(policy *Policy) error {
 	}
 	if cfg.Leases == nil {
 		add("Leases", "required (the raw lease client keepalives are forwarded on)")
+	}
+	if cfg.Client != nil && etcdop.Raw(cfg.Client, cfg.KV) == nil {
+		add("KV", "required when Client has no connection of its own (an in-process client): the raw KV client grants are sent on")
 	}
 	if policy == nil || policy.Classes == nil || policy.Authz == nil {
 		add("policy", "required (NewPolicy)")
@@ -101,6 +105,8 @@ func (cfg *Config) validate(policy *Policy) error {
 		names[cl.Name] = true
 		if cl.Client == nil {
 			add(f+".Client", "required (the etcd client of cluster %q)", cl.Name)
+		} else if etcdop.Raw(cl.Client, cl.KV) == nil {
+			add(f+".KV", "required when Client has no connection of its own (an in-process client of cluster %q)", cl.Name)
 		}
 		if len(cl.Tiers) == 0 {
 			add(f+".Tiers", "must name the tiers cluster %q serves", cl.Name)

@@ -19,7 +19,7 @@ import (
 func TestNewValidatesConfig(t *testing.T) {
 	policy := NewPolicy(class.NewSet(nil, nil))
 	valid := func() Config {
-		return Config{Client: &clientv3.Client{}, Leases: struct{ pb.LeaseClient }{}}
+		return Config{Client: &clientv3.Client{}, Leases: struct{ pb.LeaseClient }{}, KV: struct{ pb.KVClient }{}}
 	}
 	tests := []struct {
 		name   string
@@ -36,6 +36,10 @@ func TestNewValidatesConfig(t *testing.T) {
 		}},
 		{name: "no client", edit: func(c *Config) { c.Client = nil }, want: []string{"Client: required"}},
 		{name: "no lease client", edit: func(c *Config) { c.Leases = nil }, want: []string{"Leases: required"}},
+		{name: "an in-process client without its raw KV client", edit: func(c *Config) {
+			c.KV = nil
+			c.Clusters = []Cluster{{Name: "entity-1", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}}}
+		}, want: []string{"KV: required when Client has no connection of its own", `Clusters[0].KV: required when Client has no connection of its own (an in-process client of cluster "entity-1")`}},
 		{name: "no policy", edit: func(*Config) {}, policy: &Policy{}, want: []string{"policy: required"}},
 		{name: "negative request timeout", edit: func(c *Config) { c.RequestTimeout = -time.Second }, want: []string{"RequestTimeout: must be positive"}},
 		{name: "negative poll interval", edit: func(c *Config) { c.PollInterval = -1 }, want: []string{"PollInterval: must be positive"}},
@@ -55,16 +59,16 @@ func TestNewValidatesConfig(t *testing.T) {
 			want: []string{`Operators[1]: "" is not a SPIFFE ID`}},
 		{name: "operator not a SPIFFE ID", edit: func(c *Config) { c.Operators = []string{"ops"} }, want: []string{`Operators[0]: "ops" is not a SPIFFE ID`}},
 		{name: "an entity cluster", edit: func(c *Config) {
-			c.Clusters = []Cluster{{Name: "entity-1", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}}}
+			c.Clusters = []Cluster{{Name: "entity-1", Client: &clientv3.Client{}, KV: struct{ pb.KVClient }{}, Tiers: []class.Tier{class.TierEntity}}}
 		}},
 		{name: "clusters it cannot use", edit: func(c *Config) {
 			c.Cluster = "coord"
 			c.Clusters = []Cluster{
-				{Name: "coord", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierCoord}},
+				{Name: "coord", Client: &clientv3.Client{}, KV: struct{ pb.KVClient }{}, Tiers: []class.Tier{class.TierCoord}},
 				{Name: "Bad_Name", Tiers: []class.Tier{"bulk"}},
-				{Name: "e1", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}},
-				{Name: "e2", Client: &clientv3.Client{}, Tiers: []class.Tier{class.TierEntity}},
-				{Name: "e3", Client: &clientv3.Client{}},
+				{Name: "e1", Client: &clientv3.Client{}, KV: struct{ pb.KVClient }{}, Tiers: []class.Tier{class.TierEntity}},
+				{Name: "e2", Client: &clientv3.Client{}, KV: struct{ pb.KVClient }{}, Tiers: []class.Tier{class.TierEntity}},
+				{Name: "e3", Client: &clientv3.Client{}, KV: struct{ pb.KVClient }{}},
 			}
 		}, want: []string{
 			`Clusters[0].Name: "coord" names two clusters`,
@@ -113,7 +117,7 @@ func TestNewValidatesConfig(t *testing.T) {
 
 // TestNewDefaults: zero values take the documented defaults.
 func TestNewDefaults(t *testing.T) {
-	a, err := New(Config{Client: &clientv3.Client{}, Leases: struct{ pb.LeaseClient }{}}, NewPolicy(class.NewSet(nil, nil)))
+	a, err := New(Config{Client: &clientv3.Client{}, Leases: struct{ pb.LeaseClient }{}, KV: struct{ pb.KVClient }{}}, NewPolicy(class.NewSet(nil, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

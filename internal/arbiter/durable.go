@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
@@ -354,8 +356,8 @@ func (d *durable) leave() (g Grant, held bool) {
 	defer cancel()
 	st := d.c.epoch.Load()
 	start := time.Now()
-	resp, err := d.c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(d.qk), "=", d.pos.rev)).
-		Then(clientv3.OpDelete(d.qk)).Else(holdReads(holdKey(d.req.Key), openGraced(d.cls))...).Commit()
+	resp, err := d.c.kv.Txn(ctx, etcdop.Request([]*pb.Compare{etcdop.Created(d.qk, pb.Compare_EQUAL, d.pos.rev)},
+		[]*pb.RequestOp{etcdop.Delete(d.qk)}, holdReads(holdKey(d.req.Key), openGraced(d.cls), false)))
 	d.pos = linePos{}
 	if err != nil {
 		d.c.log.Warn("could not leave a durable line; the waiter goes with its session", "session", d.req.Session, "err", err)
@@ -366,7 +368,7 @@ func (d *durable) leave() (g Grant, held bool) {
 	if _, err := d.c.checkHeader(resp.Header); err != nil || resp.Succeeded || st.sealed {
 		return Grant{}, false
 	}
-	att, res, err := d.c.readOutcome(resp, st, start)
+	att, res, err := d.c.readOutcome(resp, st, start, false)
 	if err != nil || res != found {
 		return Grant{}, false
 	}
@@ -402,11 +404,11 @@ func (d *durable) removeStale(ctx context.Context, ahead *mvccpb.KeyValue) bool 
 // transaction's compares decide. done is false when there was nobody in
 // line to hand to (or the line kept changing); the caller then releases as
 // usual.
-func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState, session, rev int64) (done bool, err error) {
+func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []*pb.Compare, st *epochState, session, rev int64) (done bool, err error) {
 	qr := keyspace.QueueRange(key)
-	first := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)}
+	first := pb.RangeRequest_ASCEND // the head: the waiter created first
 	if brokenLineOrder {
-		first[1] = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)
+		first = pb.RangeRequest_DESCEND
 	}
 	a := dl.a
 	c := dl.c
@@ -436,18 +438,18 @@ func (dl *durableLine) handoff(ctx context.Context, key, hk string, cmp []client
 		h := a.encodeHold(w.Identity, head.Lease, cls)
 		hq := string(head.Key)
 		cctx, cancel := c.txnCtx(ctx)
-		headCmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hq), "=", head.CreateRevision),
-			clientv3.Compare(clientv3.CreateRevision(qr), ">", head.CreateRevision-1).WithPrefix()}
+		headCmps := []*pb.Compare{etcdop.Created(hq, pb.Compare_EQUAL, head.CreateRevision),
+			etcdop.WithPrefix(etcdop.Created(qr, pb.Compare_GREATER, head.CreateRevision-1))}
 		if brokenLineOrder {
 			headCmps = headCmps[:1]
 		}
-		var fenceReads []clientv3.Op
+		var fenceReads []*pb.RequestOp
 		if fenced {
 			headCmps, fenceReads = append(headCmps, fence.Cmps()...), fence.Reads()
 		}
-		tr, err := c.cli.Txn(cctx).If(append(slices.Clip(cmp), headCmps...)...).
-			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(head.Lease))), clientv3.OpDelete(hq)).
-			Else(append([]clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, first...)}, fenceReads...)...).Commit()
+		tr, err := c.kv.Txn(cctx, etcdop.Request(append(slices.Clip(cmp), headCmps...),
+			[]*pb.RequestOp{etcdop.Put(hk, h.val, head.Lease), etcdop.Delete(hq)},
+			append([]*pb.RequestOp{etcdop.Get(hk), etcdop.Get(epochKey), etcdop.FirstCreated(qr, first, 0)}, fenceReads...)))
 		cancel()
 		if err != nil {
 			return true, storeErr(ctx, err)

@@ -10,13 +10,14 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/lockkey"
@@ -94,8 +95,8 @@ type newHold struct {
 
 func (a *Arbiter) encodeHold(identity string, session int64, cls *class.Class) newHold {
 	now := a.now()
-	b, _ := json.Marshal(holdRecord{Identity: identity, Session: session, Class: cls.Ref(), AcquiredAt: now.UnixNano()})
-	return newHold{val: string(b), at: now, cls: cls}
+	rec := holdRecord{Identity: identity, Session: session, Class: cls.Ref(), AcquiredAt: now.UnixNano()}
+	return newHold{val: rec.Encode(), at: now, cls: cls}
 }
 
 // grant is h granted at rev under epoch with token tok.
@@ -210,18 +211,18 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 	if err != nil {
 		return attempt{}, err
 	}
-	var fenceCmps []clientv3.Cmp
-	var fenceReads []clientv3.Op
+	var fenceCmps []*pb.Compare
+	var fenceReads []*pb.RequestOp
 	if fenced {
 		fenceCmps, fenceReads = fence.Cmps(), fence.Reads()
 	}
 	lineCmps, lineThen, lineReads := lineOps(key, lease, pos, fenceCmps)
 	open := openGraced(h.cls)
-	grace := clientv3.Compare(clientv3.CreateRevision(graceKey), "=", 0)
+	grace := etcdop.Absent(graceKey)
 	if open {
 		// No key under the grace key: neither the epoch grace nor any
 		// arbiter's open grace (recovery.go).
-		grace = grace.WithPrefix()
+		grace = etcdop.WithPrefix(grace)
 	}
 	for range 3 {
 		st := c.epoch.Load()
@@ -233,18 +234,15 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 			// written its open grace yet. Wait like a contender.
 			return attempt{epoch: st.epoch, grace: ErrOpenGrace}, nil
 		}
-		cmps := append([]clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
-			grace,
-		}, lineCmps...)
+		cmps := append([]*pb.Compare{etcdop.Absent(hk), grace}, lineCmps...)
 		if skipAbsenceCompare {
 			cmps = cmps[1:]
 		}
 		cmps = append(cmps, fenceCmps...)
 		start := time.Now()
 		p := &part{key: key, epochRev: st.modRev, lease: lease, cmps: cmps,
-			then:    append([]clientv3.Op{clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(lease)))}, lineThen...),
-			els:     append(append(holdReads(hk, open), lineReads...), fenceReads...),
+			then:    append([]*pb.RequestOp{etcdop.Put(hk, h.val, lease)}, lineThen...),
+			els:     append(append(holdReads(hk, open, true), lineReads...), fenceReads...),
 			timeout: c.callTimeout(ctx)}
 		p.guard, p.alone = c.guardOf(lease)
 		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, p), start)
@@ -266,14 +264,11 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 			}
 			return attempt{granted: true, epoch: st.epoch, grant: h.grant(tok, st.epoch, resp.Header.Revision)}, nil
 		}
-		att, res, err := c.readOutcome(resp, st, start)
-		if err != nil || res == epochMoved {
-			if err != nil {
-				return att, err
-			}
-			continue
+		att, res, err := c.readOutcome(resp, st, start, true)
+		if err != nil {
+			return att, err
 		}
-		readLine(&att, resp, pos)
+		readLine(&att, resp, pos, true)
 		if res == found || att.ahead != nil || (pos.qk == "" && att.own != nil) || (pos.qk != "" && !ownAt(att.own, pos.rev)) {
 			return att, nil
 		}
@@ -287,60 +282,54 @@ func (c *cell) tryGrant(ctx context.Context, key string, h newHold, lease int64,
 // the reads on refusal (lineReads), followed for a newcomer joining by the
 // join itself, which guard (the shard fence) holds too: no new waiter joins
 // a range being moved.
-func lineOps(key string, session int64, pos linePos, guard []clientv3.Cmp) (cmps []clientv3.Cmp, then, reads []clientv3.Op) {
+func lineOps(key string, session int64, pos linePos, guard []*pb.Compare) (cmps []*pb.Compare, then, reads []*pb.RequestOp) {
 	qr := keyspace.QueueRange(key)
 	reads = lineReads(key, session, pos)
 	if pos.qk == "" {
 		if pos.join != "" {
 			qk := keyspace.QueueKey(key, session)
-			reads = append(reads, clientv3.OpTxn(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qk), "=", 0)}, guard...),
-				[]clientv3.Op{clientv3.OpPut(qk, pos.join, clientv3.WithLease(clientv3.LeaseID(session)))}, nil))
+			reads = append(reads, etcdop.Txn(append([]*pb.Compare{etcdop.Absent(qk)}, guard...),
+				[]*pb.RequestOp{etcdop.Put(qk, pos.join, session)}, nil))
 		}
-		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(qr), "=", 0).WithPrefix()}, nil, reads
+		return []*pb.Compare{etcdop.WithPrefix(etcdop.Absent(qr))}, nil, reads
 	}
-	return []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(pos.qk), "=", pos.rev),
-			clientv3.Compare(clientv3.CreateRevision(qr), ">", pos.rev-1).WithPrefix(),
+	return []*pb.Compare{
+			etcdop.Created(pos.qk, pb.Compare_EQUAL, pos.rev),
+			etcdop.WithPrefix(etcdop.Created(qr, pb.Compare_GREATER, pos.rev-1)),
 		},
-		[]clientv3.Op{clientv3.OpDelete(pos.qk)},
+		[]*pb.RequestOp{etcdop.Delete(pos.qk)},
 		reads
 }
 
 // lineReads read who is ahead of the caller at pos (the head, for a
 // newcomer; its predecessor, for a waiter in line) and the caller's own
 // waiter key.
-func lineReads(key string, session int64, pos linePos, opts ...clientv3.OpOption) []clientv3.Op {
+func lineReads(key string, session int64, pos linePos) []*pb.RequestOp {
 	qr := keyspace.QueueRange(key)
 	if pos.qk == "" {
 		// A newcomer needs only whether anyone is in line: a count, from
 		// etcd's index without reading the waiters.
-		return []clientv3.Op{
-			clientv3.OpGet(qr, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}, opts...)...),
-			clientv3.OpGet(keyspace.QueueKey(key, session), opts...),
-		}
+		return []*pb.RequestOp{etcdop.Count(qr, true), etcdop.Get(keyspace.QueueKey(key, session))}
 	}
-	return []clientv3.Op{
-		clientv3.OpGet(qr, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(pos.rev - 1),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)}, opts...)...),
-		clientv3.OpGet(pos.qk, opts...),
-	}
+	return []*pb.RequestOp{etcdop.FirstCreated(qr, pb.RangeRequest_DESCEND, pos.rev-1), etcdop.Get(pos.qk)}
 }
 
 // readLine fills att's view of the durable line from the reads lineOps
-// added after holdReads.
-func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos) {
-	if len(resp.Responses) < 5 {
+// added after holdReads (batched as they were).
+func readLine(att *attempt, resp *clientv3.TxnResponse, pos linePos, batched bool) {
+	ahead := len(holdReads("", false, batched))
+	if len(resp.Responses) < ahead+2 {
 		return
 	}
-	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := resp.Responses[ahead+1].GetResponseRange().Kvs; len(kvs) > 0 {
 		att.own = kvs[0]
 	}
-	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
+	if kvs := resp.Responses[ahead].GetResponseRange().Kvs; len(kvs) > 0 {
 		att.ahead = kvs[0]
-	} else if n := resp.Responses[3].GetResponseRange().Count; pos.qk == "" && (n > 1 || (n == 1 && att.own == nil)) {
+	} else if n := resp.Responses[ahead].GetResponseRange().Count; pos.qk == "" && (n > 1 || (n == 1 && att.own == nil)) {
 		att.ahead = &mvccpb.KeyValue{} // others in line; the count does not say who
 	}
-	if len(resp.Responses) > 5 && resp.Responses[5].GetResponseTxn().GetSucceeded() {
+	if len(resp.Responses) > ahead+2 && resp.Responses[ahead+2].GetResponseTxn().GetSucceeded() {
 		// Joined in this transaction: the waiter key was created at its
 		// revision.
 		att.own = &mvccpb.KeyValue{CreateRevision: resp.Header.Revision}
@@ -354,19 +343,23 @@ func ownAt(own *mvccpb.KeyValue, rev int64) bool { return own != nil && own.Crea
 // holdReads are the reads that explain a refused grant: the hold, the
 // epoch record and the grace key; for a class open on quorum loss (open),
 // every key under the grace key, which holds the open graces too
-// (recovery.go).
-func holdReads(hk string, open bool) []clientv3.Op {
-	grace := clientv3.OpGet(graceKey, clientv3.WithCountOnly())
+// (recovery.go). A part of a batch (batched) does not read the epoch
+// record: it runs only when the batch's compare of the record held.
+func holdReads(hk string, open, batched bool) []*pb.RequestOp {
+	grace := etcdop.Count(graceKey, false)
 	if open {
-		grace = clientv3.OpGet(graceKey, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		grace = etcdop.Keys(graceKey)
 	}
-	return []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), grace}
+	if batched {
+		return []*pb.RequestOp{etcdop.Get(hk), grace}
+	}
+	return []*pb.RequestOp{etcdop.Get(hk), etcdop.Get(epochKey), grace}
 }
 
 // graceOf says which grace the grace read of holdReads found: the epoch
 // grace key itself (a count, or a key) or an open grace under it; nil when
 // neither.
-func graceOf(r *etcdserverpb.RangeResponse) error {
+func graceOf(r *pb.RangeResponse) error {
 	if len(r.GetKvs()) == 0 {
 		if r.GetCount() > 0 {
 			return ErrEpochGrace
@@ -390,22 +383,28 @@ const (
 	epochMoved                   // the epoch record moved: read or try again against the new one
 )
 
-// readOutcome interprets holdReads' answers, read with epoch state st.
-func (c *cell) readOutcome(resp *clientv3.TxnResponse, st *epochState, start time.Time) (attempt, readResult, error) {
+// readOutcome interprets holdReads' answers (batched as they were), read
+// with epoch state st. Only reads that are not batched can find the epoch
+// record moved (epochMoved).
+func (c *cell) readOutcome(resp *clientv3.TxnResponse, st *epochState, start time.Time, batched bool) (attempt, readResult, error) {
 	holds := resp.Responses[0].GetResponseRange().Kvs
-	eps := resp.Responses[1].GetResponseRange().Kvs
-	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
-		o, err := observe(eps, resp.Header, start)
-		if err != nil {
-			return attempt{}, found, err
+	grace := 1
+	if !batched {
+		grace = 2
+		eps := resp.Responses[1].GetResponseRange().Kvs
+		if len(eps) == 0 || eps[0].ModRevision != st.modRev {
+			o, err := observe(eps, resp.Header, start)
+			if err != nil {
+				return attempt{}, found, err
+			}
+			if next := c.apply(o); next.sealed {
+				return attempt{}, found, sealedErr(next)
+			}
+			return attempt{}, epochMoved, nil
 		}
-		if next := c.apply(o); next.sealed {
-			return attempt{}, found, sealedErr(next)
-		}
-		return attempt{}, epochMoved, nil
 	}
 	at := attempt{epoch: st.epoch, rev: resp.Header.Revision}
-	if at.grace = graceOf(resp.Responses[2].GetResponseRange()); at.grace != nil {
+	if at.grace = graceOf(resp.Responses[grace].GetResponseRange()); at.grace != nil {
 		// The epoch has just advanced, or an open class's key waits out
 		// unprotected holders: wait like a contender until they are fenced.
 		return at, found, nil
@@ -436,7 +435,7 @@ func (c *cell) look(ctx context.Context, key string, session int64, pos linePos,
 
 // read runs holdReads, and lineReads for a caller at pos, in one read-only
 // transaction.
-func (c *cell) read(ctx context.Context, hk string, open bool, lineReads []clientv3.Op, pos linePos) (attempt, error) {
+func (c *cell) read(ctx context.Context, hk string, open bool, lineReads []*pb.RequestOp, pos linePos) (attempt, error) {
 	for range 3 {
 		st := c.epoch.Load()
 		if st.sealed {
@@ -444,7 +443,7 @@ func (c *cell) read(ctx context.Context, hk string, open bool, lineReads []clien
 		}
 		cctx, cancel := c.callCtx(ctx)
 		start := time.Now()
-		resp, err := c.cli.Txn(cctx).Then(append(holdReads(hk, open), lineReads...)...).Commit()
+		resp, err := c.kv.Txn(cctx, etcdop.Request(nil, append(holdReads(hk, open, false), lineReads...), nil))
 		cancel()
 		if err != nil {
 			return attempt{}, storeErr(ctx, err)
@@ -452,10 +451,10 @@ func (c *cell) read(ctx context.Context, hk string, open bool, lineReads []clien
 		if _, err := c.checkHeader(resp.Header); err != nil {
 			return attempt{}, err
 		}
-		att, res, err := c.readOutcome(resp, st, start)
+		att, res, err := c.readOutcome(resp, st, start, false)
 		if err != nil || res != epochMoved {
 			if lineReads != nil {
-				readLine(&att, resp, pos)
+				readLine(&att, resp, pos, false)
 			}
 			return att, err
 		}
@@ -717,11 +716,8 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 		}
 		// own are the hold's compares; a handoff's transaction, sent
 		// alone, adds the epoch record's (a batch compares it once).
-		own := []clientv3.Cmp{
-			clientv3.Compare(clientv3.ModRevision(hk), "=", rev),
-			clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(session)),
-		}
-		cmp := append(slices.Clip(own), clientv3.Compare(clientv3.ModRevision(epochKey), "=", st.modRev))
+		own := []*pb.Compare{etcdop.Modified(hk, rev), etcdop.Lease(hk, session)}
+		cmp := append(slices.Clip(own), etcdop.Modified(epochKey, st.modRev))
 		if done, err := c.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
 			return err == nil, err
 		}
@@ -734,7 +730,7 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 		}
 		start := time.Now()
 		resp, retry, err := c.committed(ctx, c.commits.commit(ctx, &part{key: key, epochRev: st.modRev, cmps: own,
-			then: []clientv3.Op{clientv3.OpDelete(hk)}, els: []clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey)},
+			then: []*pb.RequestOp{etcdop.Delete(hk)}, els: []*pb.RequestOp{etcdop.Get(hk)},
 			timeout: c.callTimeout(ctx)}), start)
 		if err != nil {
 			return false, err
@@ -746,7 +742,7 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 			c.memory.wakeHead(key)
 			return true, nil
 		}
-		retry, err = c.releaseRefused(resp, st, start)
+		retry, err = c.releaseRefused(resp, st, start, true)
 		if !retry {
 			return false, err
 		}
@@ -755,19 +751,21 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 }
 
 // releaseRefused explains a refused release: gone (nil), stale, or an epoch
-// change (retry).
-func (c *cell) releaseRefused(resp *clientv3.TxnResponse, st *epochState, start time.Time) (retry bool, err error) {
+// change (retry). Its Else read the hold and, unless it was a part of a
+// batch (batched: the batch compared the record), the epoch record.
+func (c *cell) releaseRefused(resp *clientv3.TxnResponse, st *epochState, start time.Time, batched bool) (retry bool, err error) {
 	holds := resp.Responses[0].GetResponseRange().Kvs
-	eps := resp.Responses[1].GetResponseRange().Kvs
-	if len(eps) == 0 || eps[0].ModRevision != st.modRev {
-		o, err := observe(eps, resp.Header, start)
-		if err != nil {
-			return false, err
+	if !batched {
+		if eps := resp.Responses[1].GetResponseRange().Kvs; len(eps) == 0 || eps[0].ModRevision != st.modRev {
+			o, err := observe(eps, resp.Header, start)
+			if err != nil {
+				return false, err
+			}
+			if next := c.apply(o); next.sealed {
+				return false, sealedErr(next)
+			}
+			return true, nil
 		}
-		if next := c.apply(o); next.sealed {
-			return false, sealedErr(next)
-		}
-		return true, nil
 	}
 	if len(holds) == 0 {
 		return false, nil

@@ -1,10 +1,12 @@
 package arbiter
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/store"
@@ -37,7 +40,7 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	a, err := New(Config{Client: b.Client, Leases: b.Leases, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(class.NewSet(nil, nil)))
+	a, err := New(Config{Client: b.Client, Leases: b.Leases, KV: b.KV, Bootstrap: Bootstrap{FreshStore: true}}, NewPolicy(class.NewSet(nil, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func TestALeavingWaiterIsNotHandedAHoldFromARestoredStore(t *testing.T) {
 	if a.Sealed() {
 		t.Fatal("sealed before any answer from the restored store: the test proves nothing")
 	}
-	a.home.cli = b2.Client // the restored cluster answers from here on
+	a.home.cli, a.home.kv = b2.Client, etcdop.NewKV(b2.KV) // the restored cluster answers from here on
 
 	// A waiter of the session, in line at a place the restored store does
 	// not have, leaves as its deadline passes.
@@ -115,4 +118,25 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// startOnFreePorts starts an embedded etcd in dir on loopback ports that
+// were free when picked; another test binary (packages test side by side)
+// may take one first, so it picks new ones a few times (as lockdtest does,
+// which internal tests cannot import).
+func startOnFreePorts(t *testing.T, dir string) *store.Backend {
+	t.Helper()
+	var err error
+	for range 5 {
+		var b *store.Backend
+		b, err = store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientURL: "http://" + freeAddr(t), PeerURL: "http://" + freeAddr(t)})
+		if err == nil {
+			return b
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
+	t.Fatal(err)
+	return nil
 }

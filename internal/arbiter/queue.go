@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
@@ -485,7 +487,7 @@ func (m *memoryLine) giveUp(ctx context.Context, req AcquireRequest, w *waiter, 
 // cmp and puts the head waiter's hold in the same transaction. done is false
 // when there was nobody to hand to; retry is set when the epoch record moved
 // and cmp must be rebuilt.
-func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3.Cmp, st *epochState) (done, released, retry bool, err error) {
+func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []*pb.Compare, st *epochState) (done, released, retry bool, err error) {
 	m.mu.Lock()
 	q := m.queues[key]
 	m.mu.Unlock()
@@ -539,8 +541,8 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 			unclaim()
 			return false, false, false, nil
 		}
-		handCmps := append(slices.Clip(cmp), clientv3.Compare(clientv3.CreateRevision(keyspace.QueueRange(key)), "=", 0).WithPrefix())
-		var fenceReads []clientv3.Op
+		handCmps := append(slices.Clip(cmp), etcdop.WithPrefix(etcdop.Absent(keyspace.QueueRange(key))))
+		var fenceReads []*pb.RequestOp
 		if fenced {
 			handCmps, fenceReads = append(handCmps, fence.Cmps()...), fence.Reads()
 		}
@@ -548,9 +550,8 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 		cctx, cancel := m.c.txnCtx(ctx)
 		start := time.Now()
 		qr := keyspace.QueueRange(key)
-		resp, err := m.c.cli.Txn(cctx).If(handCmps...).
-			Then(clientv3.OpPut(hk, h.val, clientv3.WithLease(clientv3.LeaseID(w.session)))).
-			Else(append([]clientv3.Op{clientv3.OpGet(hk), clientv3.OpGet(epochKey), clientv3.OpGet(qr, clientv3.WithPrefix(), clientv3.WithCountOnly())}, fenceReads...)...).Commit()
+		resp, err := m.c.kv.Txn(cctx, etcdop.Request(handCmps, []*pb.RequestOp{etcdop.Put(hk, h.val, w.session)},
+			append([]*pb.RequestOp{etcdop.Get(hk), etcdop.Get(epochKey), etcdop.Count(qr, true)}, fenceReads...)))
 		cancel()
 		if err != nil {
 			if isLeaseNotFound(err) {
@@ -580,7 +581,7 @@ func (m *memoryLine) handoff(ctx context.Context, key, hk string, cmp []clientv3
 				// transaction, not to this queue. Release without a handoff.
 				return false, false, false, nil
 			}
-			retry, err := m.c.releaseRefused(resp, st, start)
+			retry, err := m.c.releaseRefused(resp, st, start, false)
 			return !retry, false, retry, err
 		}
 		g := h.grant(0, st.epoch, resp.Header.Revision)

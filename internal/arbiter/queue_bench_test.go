@@ -13,7 +13,7 @@ import (
 //	go test -run '^$' -bench 'Busy|Enqueue|WakeHead' -benchmem ./internal/arbiter
 
 func queueLine(keys int) *memoryLine {
-	a := &Arbiter{home: newCell(cellConfig{}, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
+	a := &Arbiter{home: newCell(cellConfig{}, nil, nil, nil, "", watermark{}), waiters: newWaiterQuota(DefaultMaxWaitersPerIdentity), now: time.Now}
 	m := newMemoryLine(a, a.home)
 	for i := range keys {
 		key := fmt.Sprintf("t/q/%d", i)

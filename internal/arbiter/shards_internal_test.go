@@ -27,10 +27,7 @@ func startSharded(t *testing.T) *shardedClusters {
 	dir := t.TempDir()
 	sc := &shardedClusters{shards: map[string]*store.Backend{}}
 	for _, name := range []string{"coord", "e1", "e2"} {
-		b, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(dir, name), ClientURL: "http://" + freeAddr(t), PeerURL: "http://" + freeAddr(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := startOnFreePorts(t, filepath.Join(dir, name))
 		t.Cleanup(b.Close)
 		if name == "coord" {
 			sc.coord = b
@@ -53,13 +50,13 @@ func (sc *shardedClusters) arbiterWith(t *testing.T, coordShard bool) *Arbiter {
 		t.Fatalf("classes: %v", problems)
 	}
 	cfg := Config{
-		Client: sc.coord.Client, Leases: sc.coord.Leases, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
+		Client: sc.coord.Client, Leases: sc.coord.Leases, KV: sc.coord.KV, Cluster: "coord", Bootstrap: Bootstrap{FreshStore: true},
 		Operators:      []string{op1.ID, op2.ID},
 		RequestTimeout: 2 * time.Second, EpochRefresh: 200 * time.Millisecond, MaxEpochAge: time.Second,
 		PollInterval: 100 * time.Millisecond, CoordServesEntity: coordShard,
 	}
 	for _, name := range []string{"e1", "e2"} {
-		cfg.Clusters = append(cfg.Clusters, Cluster{Name: name, Client: sc.shards[name].Client, Tiers: []class.Tier{class.TierEntity}, Bootstrap: Bootstrap{FreshStore: true}})
+		cfg.Clusters = append(cfg.Clusters, Cluster{Name: name, Client: sc.shards[name].Client, KV: sc.shards[name].KV, Tiers: []class.Tier{class.TierEntity}, Bootstrap: Bootstrap{FreshStore: true}})
 	}
 	a, err := New(cfg, NewPolicy(class.NewSet(classes, grants)))
 	if err != nil {

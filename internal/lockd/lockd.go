@@ -183,6 +183,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.arb, err = arbiter.New(arbiter.Config{
 		Client:                 d.backend.Client,
+		KV:                     d.backend.KV,
 		Leases:                 d.backend.Leases,
 		Operators:              operators(&cfg, logger),
 		OIDCOperators:          opv != nil,
@@ -647,7 +648,7 @@ func (d *Daemon) openClusters(cfg *Config, dataDir string) ([]arbiter.Cluster, e
 			tiers[i] = class.Tier(t)
 		}
 		d.others = append(d.others, namedClient{c.Name, b.Client})
-		out = append(out, arbiter.Cluster{Name: c.Name, Client: b.Client, Tiers: tiers,
+		out = append(out, arbiter.Cluster{Name: c.Name, Client: b.Client, KV: b.KV, Tiers: tiers,
 			StateFile: filepath.Join(dataDir, "epoch-state-"+c.Name+".json"),
 			Bootstrap: arbiter.Bootstrap{FreshStore: b.Fresh}})
 	}

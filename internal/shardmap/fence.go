@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 )
 
@@ -35,18 +36,18 @@ type Fence struct {
 }
 
 // Cmps are the fence's compares.
-func (f Fence) Cmps() []clientv3.Cmp {
-	ver := clientv3.Compare(clientv3.CreateRevision(keyspace.ShardVersionKey), "=", 0)
+func (f Fence) Cmps() []*pb.Compare {
+	ver := etcdop.Absent(keyspace.ShardVersionKey)
 	if f.Version != 0 {
-		ver = clientv3.Compare(clientv3.Value(keyspace.ShardVersionKey), "=", strconv.FormatInt(f.Version, 10))
+		ver = etcdop.Value(keyspace.ShardVersionKey, strconv.FormatInt(f.Version, 10))
 	}
-	return []clientv3.Cmp{ver, clientv3.Compare(clientv3.CreateRevision(keyspace.RangeOutKey(f.Range)), "=", 0)}
+	return []*pb.Compare{ver, etcdop.Absent(keyspace.RangeOutKey(f.Range))}
 }
 
 // Reads are what explains a refusal (Refused); a transaction puts them
 // last among its Else operations.
-func (f Fence) Reads() []clientv3.Op {
-	return []clientv3.Op{clientv3.OpGet(keyspace.ShardVersionKey), clientv3.OpGet(keyspace.RangeOutKey(f.Range), clientv3.WithCountOnly())}
+func (f Fence) Reads() []*pb.RequestOp {
+	return []*pb.RequestOp{etcdop.Get(keyspace.ShardVersionKey), etcdop.Count(keyspace.RangeOutKey(f.Range), false)}
 }
 
 // Refused reads the last len(Reads()) responses of a refused transaction:

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/keyspace"
 	"github.com/lockd-dev/lockd/internal/shardmap"
+	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 )
 
@@ -93,9 +96,10 @@ func TestFlipPublishesOnEveryShardBeforeTheMap(t *testing.T) {
 	ctx := t.Context()
 	clients := map[string]clientv3.KV{"entity-1": e1.Client, "entity-2": e2.Client}
 
+	backends := map[clientv3.KV]*store.Backend{e1.Client: e1, e2.Client: e2}
 	fenced := func(kv clientv3.KV, f shardmap.Fence) error {
 		t.Helper()
-		resp, err := kv.Txn(ctx).If(f.Cmps()...).Then(clientv3.OpPut("/x", "granted")).Else(f.Reads()...).Commit()
+		resp, err := etcdop.NewKV(backends[kv].KV).Txn(ctx, etcdop.Request(f.Cmps(), []*pb.RequestOp{etcdop.Put("/x", "granted", 0)}, f.Reads()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,9 @@ type Backend struct {
 	// Leases is a raw lease client; LeaseKeepAlive on it opens one
 	// long-lived stream that forwards each keepalive exactly once.
 	Leases pb.LeaseClient
+	// KV is a raw KV client: the lock path's transactions are sent on it
+	// as etcd's own messages (internal/etcdop).
+	KV pb.KVClient
 	// Embedded is the in-process etcd, nil for an external cluster.
 	Embedded *embed.Etcd
 	// Fresh: the embedded member started on an empty data dir, so nothing
@@ -150,6 +153,7 @@ func StartEmbedded(c EmbeddedConfig) (*Backend, error) {
 	b := &Backend{
 		Client:   cli,
 		Leases:   adapter.LeaseServerToLeaseClient(v3rpc.NewQuotaLeaseServer(e.Server)),
+		KV:       adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(e.Server)),
 		Embedded: e,
 		Fresh:    fresh,
 	}
@@ -204,7 +208,7 @@ func ConnectExternal(c ExternalConfig) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd %v: %w", ErrStart, c.Endpoints, err)
 	}
-	b := &Backend{Client: cli, Leases: pb.NewLeaseClient(cli.ActiveConnection())}
+	b := &Backend{Client: cli, Leases: pb.NewLeaseClient(cli.ActiveConnection()), KV: pb.NewKVClient(cli.ActiveConnection())}
 	b.closers = append(b.closers, func() { _ = cli.Close() })
 	return b, nil
 }
