@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -206,3 +207,21 @@ func TestRunRefusesInsecureNonLoopback(t *testing.T) {
 }
 
 func noEnv(string) (string, bool) { return "", false }
+
+// TestLockdSetsItsGCPercentUnlessGOGCIsSet: lockd collects at
+// defaultGCPercent by default, and an operator's GOGC (any value) wins.
+func TestLockdSetsItsGCPercentUnlessGOGCIsSet(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	tuneGC(env(nil))
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("without GOGC: GC percent %d, want %d", got, defaultGCPercent)
+	}
+	tuneGC(env(map[string]string{"GOGC": "100"}))
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC=100: GC percent %d, want 100 (the runtime's reading of GOGC, untouched)", got)
+	}
+}
