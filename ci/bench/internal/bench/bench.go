@@ -157,17 +157,29 @@ func Run(ctx context.Context, o Options) ([]*result.Run, error) {
 			ratios(out)
 			run.Scenarios = append(run.Scenarios, out)
 		}
+		r.Close()
 		if o.RenewalSessions > 0 && mi == len(o.Modes)-1 {
-			logf(o.Log, "%s: renewal at scale: %d sessions, %d holds, %s steady", mode, o.RenewalSessions, o.RenewalHolds, o.RenewalSteady)
-			ren, err := renewal.Run(ctx, renewal.Config{Addr: r.Lockd.Addr, EtcdURL: r.EtcdEndpoints[0],
-				LockdPID: r.LockdPID(), EtcdPID: r.EtcdPID(), Identities: 64, Sessions: o.RenewalSessions,
+			// On a lockd of its own, with the audit tailer on: every
+			// session open, grant and close goes into the history while
+			// the renewals must hold.
+			rr, err := rig.Start(ctx, rig.Config{Dir: filepath.Join(o.Out, mode+"-renewal"), Mode: mode, Exe: exe, Lockd: lockd,
+				Identities: 64, Audit: "on", LockdArgs: o.LockdArgs})
+			if err != nil {
+				return runs, err
+			}
+			logf(o.Log, "%s: renewal at scale: %d sessions, %d holds, %s steady, audit tailer on", mode, o.RenewalSessions, o.RenewalHolds, o.RenewalSteady)
+			ren, err := renewal.Run(ctx, renewal.Config{Addr: rr.Lockd.Addr, EtcdURL: rr.EtcdEndpoints[0],
+				LockdPID: rr.LockdPID(), EtcdPID: rr.EtcdPID(), Identities: 64, Sessions: o.RenewalSessions,
 				Holds: o.RenewalHolds, Steady: o.RenewalSteady, Log: o.Log})
 			if err != nil {
 				logf(o.Log, "renewal: %v", err)
 			}
+			if ren != nil {
+				ren.Audit = true
+			}
 			run.Renewal = ren
+			rr.Close()
 		}
-		r.Close()
 		// The tailer's and tracing's costs are measured on uncontended W=64:
 		// only when that scenario is asked for.
 		if mode == rig.Embedded && slices.Contains(o.Systems, result.Lockd) && slices.Contains(o.Scenarios, tracingScenario) {
@@ -261,7 +273,7 @@ type measured struct {
 func merge(name string, parts []measured) *result.System {
 	out := &result.System{Name: name, Fencing: name != result.Redsync}
 	var lat []time.Duration
-	var lockdCPU, etcdCPU, writes, batched float64
+	var lockdCPU, etcdCPU, writes, batched, fsync float64
 	for _, p := range parts {
 		if p.sys.Skipped != "" {
 			out.Skipped = p.sys.Skipped
@@ -273,6 +285,7 @@ func merge(name string, parts []measured) *result.System {
 		writes += p.sys.WritesPerGrant * float64(p.sys.Grants)
 		batched += p.sys.MeanBatch * float64(p.sys.Grants)
 		lockdCPU += p.sys.LockdCPU * p.sys.Elapsed.Seconds()
+		fsync += float64(p.sys.EtcdFsyncMean) * p.sys.Elapsed.Seconds()
 		out.Batches = mergeBatches(out.Batches, p.sys.Batches)
 		etcdCPU += p.sys.EtcdCPU * p.sys.Elapsed.Seconds()
 		lat = append(lat, p.lat...)
@@ -281,6 +294,7 @@ func merge(name string, parts []measured) *result.System {
 		out.GrantsPerSec = float64(out.Grants) / out.Elapsed.Seconds()
 		out.LockdCPU = lockdCPU / out.Elapsed.Seconds()
 		out.EtcdCPU = etcdCPU / out.Elapsed.Seconds()
+		out.EtcdFsyncMean = time.Duration(fsync / out.Elapsed.Seconds())
 	}
 	if out.Grants > 0 {
 		out.WritesPerGrant = writes / float64(out.Grants)
@@ -324,6 +338,7 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	w0, _ := proposals(ctx, r)
 	b0, bn0 := batches(ctx, r)
 	hist0 := batchHistogram(ctx, r)
+	f0, fn0 := fsyncs(ctx, r)
 	start := time.Now()
 	deadline := start.Add(d)
 	var mu sync.Mutex
@@ -371,6 +386,9 @@ func measure(ctx context.Context, d time.Duration, r *rig.Rig, sc scenario, name
 	lu1, _ := rig.ReadUsage(r.LockdPID())
 	eu1, _ := rig.ReadUsage(r.EtcdPID())
 	w1, ok := proposals(ctx, r)
+	if f1, fn1 := fsyncs(ctx, r); fn1 > fn0 {
+		out.EtcdFsyncMean = time.Duration((f1 - f0) / (fn1 - fn0) * float64(time.Second))
+	}
 	if b1, bn1 := batches(ctx, r); (name == result.Lockd || name == result.LockdDurable) && bn1 > bn0 {
 		out.MeanBatch = (b1 - b0) / (bn1 - bn0)
 		out.Batches = batchSpread(hist0, batchHistogram(ctx, r))
@@ -421,6 +439,18 @@ func batchSpread(before, after map[float64]float64) []result.BatchBucket {
 		prev, from = cum, int(b)+1
 	}
 	return out
+}
+
+// fsyncs reads etcd's WAL fsync histogram: the seconds spent and the
+// fsyncs made.
+func fsyncs(ctx context.Context, r *rig.Rig) (secs, n float64) {
+	if len(r.EtcdEndpoints) == 0 {
+		return 0, 0
+	}
+	addr := strings.TrimPrefix(r.EtcdEndpoints[0], "http://")
+	secs, _ = proc.Metric(ctx, addr, "etcd_disk_wal_fsync_duration_seconds_sum")
+	n, _ = proc.Metric(ctx, addr, "etcd_disk_wal_fsync_duration_seconds_count")
+	return secs, n
 }
 
 // mergeBatches adds b's buckets to a's.

@@ -77,6 +77,10 @@ type Config struct {
 	// the class TTL, as the seed sizes it. Longer than the TTL makes every
 	// session expire (a control for the false-expiry check).
 	Interval time.Duration
+	// ProbeFor is how long, after the steady state, a few holders take
+	// and release keys of their own while every hold is still renewed
+	// (the grant probe); zero is half of Steady.
+	ProbeFor time.Duration
 	// LoadLimit bounds the time to open the sessions and grant the holds;
 	// zero is 10 minutes. Loading stops growing when it is reached.
 	LoadLimit time.Duration
@@ -189,9 +193,10 @@ func Run(ctx context.Context, cfg Config) (*result.Renewal, error) {
 	res.Holds = int(r.granted.Load())
 	fmt.Fprintf(log, "renewal: loaded %d sessions and %d holds in %s\n", res.Sessions, res.Holds, res.Load.Round(time.Millisecond))
 
-	// Steady state.
+	// Steady state, then grants beside it.
 	r.phase.Store("steady")
 	r.steady(ctx, res)
+	r.probeWindow(ctx, res)
 
 	// Check: every granted hold still there, every session still alive.
 	r.phase.Store("checking")

@@ -62,7 +62,8 @@ func config(t *testing.T, r *rig.Rig, identities, sessions, holds int, steady ti
 
 // TestRenewal holds 1,000 holds on 200 sessions for 20 s through an
 // embedded lockd: every session renewed every 5 s, no false expiry, and
-// renewals are not consensus writes.
+// renewals are not consensus writes; then a few holders take keys beside
+// them for 10 s, and their grants are measured.
 func TestRenewal(t *testing.T) {
 	t.Parallel()
 	r := startRig(t, 8)
@@ -96,6 +97,10 @@ func TestRenewal(t *testing.T) {
 	}
 	if res.LockdCPU <= 0 || res.LockdRSS <= 0 {
 		t.Errorf("LockdCPU, LockdRSS = %.3f, %d, want both > 0", res.LockdCPU, res.LockdRSS)
+	}
+	if res.ProbeGrants == 0 || res.ProbeErrors != 0 || res.ProbeP99 <= 0 || res.ProbeP99 < res.ProbeP50 {
+		t.Errorf("grants beside the renewals: %d, %d failed, p50 %s p99 %s; want some, none failed, p99 >= p50 > 0",
+			res.ProbeGrants, res.ProbeErrors, res.ProbeP50, res.ProbeP99)
 	}
 }
 

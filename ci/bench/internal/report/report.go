@@ -47,6 +47,9 @@ func Table(w io.Writer, run *result.Run) {
 				fmt.Fprintf(tw, "  batch sizes, %s: %s of its transactions\n", s.Name, b)
 			}
 		}
+		if f := fsyncLine(sc); f != "" {
+			fmt.Fprintf(tw, "  %s\n", f)
+		}
 	}
 	if rn := run.Renewal; rn != nil {
 		fmt.Fprintln(tw, "\nrenewal at scale")
@@ -134,6 +137,9 @@ func Markdown(w io.Writer, run *result.Run) {
 			if b := spread(s.Batches); b != "" {
 				fmt.Fprintf(w, "\nBatch sizes, %s: %s of its transactions\n", s.Name, b)
 			}
+		}
+		if f := fsyncLine(sc); f != "" {
+			fmt.Fprintf(w, "\n%s\n", f)
 		}
 	}
 	if rn := run.Renewal; rn != nil {
@@ -261,6 +267,21 @@ func spread(bs []result.BatchBucket) string {
 	return strings.Join(parts, ", ")
 }
 
+// fsyncLine is etcd's mean WAL fsync in each system's runs, e.g.
+// "etcd WAL fsync mean: raw 0.61 ms, lockd 0.58 ms"; "" when not measured.
+func fsyncLine(sc *result.Scenario) string {
+	var parts []string
+	for _, s := range sc.Systems {
+		if s.EtcdFsyncMean > 0 {
+			parts = append(parts, s.Name+" "+latency(s.EtcdFsyncMean))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "etcd WAL fsync mean: " + strings.Join(parts, ", ")
+}
+
 // writes formats consensus writes per grant; "–" when not measured.
 func writes(w float64) string {
 	if w == 0 {
@@ -309,10 +330,33 @@ func renewalRows(rn *result.Renewal) [][2]string {
 		{"keepalives/s", fmt.Sprintf("sent %.1f, at etcd %.1f", rn.KeepalivesSent, rn.KeepalivesAtEtcd)},
 		{"etcd writes/s (steady)", fmt.Sprintf("%.2f", rn.EtcdWritesPerSec)},
 		{"false expiries", fmt.Sprintf("%d", rn.FalseExpiries)},
+		{"grants beside it", probeRow(rn)},
+		{"audit tailer", onOff(rn.Audit)},
 		{"CPU (cores)", pair(rn.LockdCPU, rn.EtcdCPU, "%.2f")},
 		{"RSS (MiB)", pair(float64(rn.LockdRSS)/mib, float64(rn.EtcdRSS)/mib, "%.0f")},
 		{"held", yesNo(rn.Held)},
 	}
+}
+
+// probeRow is the grant probe's figures: grants, their p50, p99 and max,
+// and failures.
+func probeRow(rn *result.Renewal) string {
+	if rn.ProbeGrants == 0 && rn.ProbeErrors == 0 {
+		return "-"
+	}
+	rate := ""
+	if rn.ProbeFor > 0 {
+		rate = fmt.Sprintf(" in %s (%.0f/s)", span(rn.ProbeFor), float64(rn.ProbeGrants)/rn.ProbeFor.Seconds())
+	}
+	return fmt.Sprintf("%d%s, p50 %s, p99 %s, max %s, %d failed", rn.ProbeGrants, rate,
+		latency(rn.ProbeP50), latency(rn.ProbeP99), latency(rn.ProbeMax), rn.ProbeErrors)
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // latency formats a grant latency: microseconds below 1 ms ("850 µs"),

@@ -56,6 +56,8 @@ func testRun() *result.Run {
 	craw := system(result.Raw, true, 410, 2*time.Millisecond)
 	cmutex := system(result.EtcdMutex, true, 150.5, 5*time.Millisecond)
 	clockd := system(result.Lockd, true, 380, 2500*time.Microsecond)
+	clockd.EtcdFsyncMean = 640 * time.Microsecond
+	cmutex.EtcdFsyncMean = 710 * time.Microsecond
 	return &result.Run{
 		Started:  time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC),
 		Machine:  "2 CPUs, go1.26.8 linux/amd64",
@@ -81,7 +83,9 @@ func testRun() *result.Run {
 			KeepalivesSent: 3000, KeepalivesAtEtcd: 2998.5,
 			EtcdWritesPerSec: 0.02,
 			FalseExpiries:    0,
-			LockdCPU:         1.2, EtcdCPU: 0.4,
+			ProbeFor:         2 * time.Minute, ProbeGrants: 12000, ProbeP50: 2500 * time.Microsecond, ProbeP99: 31 * time.Millisecond, ProbeMax: 80 * time.Millisecond,
+			Audit:    true,
+			LockdCPU: 1.2, EtcdCPU: 0.4,
 			LockdRSS: 512 << 20, EtcdRSS: 300 << 20,
 			Held:  false,
 			Notes: []string{"holds stopped at 99000: grant timeouts", "raise --max-holds"},
@@ -123,6 +127,8 @@ func TestTable(t *testing.T) {
 		"sent 3000.0, at etcd 2998.5",
 		"lockd 512, etcd 300",
 		"holds stopped at 99000: grant timeouts",
+		"12000 in 2m0s (100/s), p50 2.50 ms, p99 31.00 ms, max 80.00 ms, 0 failed",
+		"etcd WAL fsync mean: etcd-mutex 710 µs, lockd 640 µs",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)

@@ -71,6 +71,9 @@ type System struct {
 	// transactions carrying From to UpTo parts, from
 	// lockd_commit_batch_size's buckets.
 	Batches []BatchBucket `json:"batches,omitempty"`
+	// EtcdFsyncMean is etcd's mean WAL fsync during the run: a commit's
+	// floor, and so a handoff's on a contended key.
+	EtcdFsyncMean time.Duration `json:"etcdFsyncMean,omitempty"`
 	// LockdCPUPerGrant is lockd's CPU time per grant and release (its
 	// embedded etcd's included on the embedded default).
 	LockdCPUPerGrant time.Duration `json:"lockdCPUPerGrant,omitempty"`
@@ -132,11 +135,22 @@ type Renewal struct {
 	EtcdWritesPerSec float64 `json:"etcdWritesPerSec"`
 	// FalseExpiries: sessions answered as expired, or holds missing at the
 	// end, while their keepalives were sent on time. Must be 0.
-	FalseExpiries int     `json:"falseExpiries"`
-	LockdCPU      float64 `json:"lockdCPU"`
-	EtcdCPU       float64 `json:"etcdCPU"`
-	LockdRSS      int64   `json:"lockdRSS"`
-	EtcdRSS       int64   `json:"etcdRSS"`
+	FalseExpiries int `json:"falseExpiries"`
+	// ProbeGrants are grants a few holders took beside the renewals, in
+	// ProbeFor after the steady state (renewal.ProbeWorkers), with their
+	// latency and how many calls failed.
+	ProbeFor    time.Duration `json:"probeFor"`
+	ProbeGrants int           `json:"probeGrants"`
+	ProbeErrors int           `json:"probeErrors"`
+	ProbeP50    time.Duration `json:"probeP50"`
+	ProbeP99    time.Duration `json:"probeP99"`
+	ProbeMax    time.Duration `json:"probeMax"`
+	// Audit: lockd ran its audit tailer (--audit on) throughout.
+	Audit    bool    `json:"audit"`
+	LockdCPU float64 `json:"lockdCPU"`
+	EtcdCPU  float64 `json:"etcdCPU"`
+	LockdRSS int64   `json:"lockdRSS"`
+	EtcdRSS  int64   `json:"etcdRSS"`
 	// Held reports whether the target scale was held with no false expiry;
 	// when not, Notes say where it broke.
 	Held  bool     `json:"held"`
