@@ -143,3 +143,65 @@ func columnsOf(t *testing.T, db *sql.DB) []string {
 	require.NoError(t, rs.Err())
 	return cols
 }
+
+// TestWriteChunksEveryRowIntoFewStatementSizes: any number of rows is
+// written by INSERTs of rowsPerInsert rows and powers of two below 128,
+// adding up to the rows exactly, so a few prepared statements serve every
+// batch; and every row of odd-sized batches is stored.
+func TestWriteChunksEveryRowIntoFewStatementSizes(t *testing.T) {
+	sizes := map[int]bool{}
+	for n := range 1000 {
+		sum := 0
+		for _, c := range chunks(n) {
+			sum += c
+			sizes[c] = true
+		}
+		if sum != n {
+			t.Fatalf("chunks(%d) add up to %d", n, sum)
+		}
+	}
+	if len(sizes) > 9 {
+		t.Errorf("%d statement sizes for up to 1000 rows, want at most 9 (200 and 128..1): %v", len(sizes), sizes)
+	}
+
+	s, err := Open(t.Context(), t.TempDir()+"/audit.db")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	rev := int64(0)
+	for _, n := range []int{1, 3, 199, 200, 201, 457} {
+		rows := make([]audit.Event, n)
+		for i := range rows {
+			rev++
+			rows[i] = audit.Event{ClusterID: 7, Epoch: 1, Revision: rev, Key: "t/k", Kind: audit.KindGrant, Class: "t/c"}
+		}
+		require.NoError(t, s.Write(t.Context(), rows))
+	}
+	got, err := s.Query(t.Context(), audit.Filter{Key: "t/k"})
+	require.NoError(t, err)
+	if len(got) != int(rev) {
+		t.Errorf("%d rows stored, want %d", len(got), rev)
+	}
+}
+
+// BenchmarkWrite writes the history in batches the tailer makes under
+// load (one transaction, about a second of grants and releases):
+//
+//	go test -run '^$' -bench Write -benchtime 20x ./internal/audit/sqlite
+func BenchmarkWrite(b *testing.B) {
+	s, err := Open(b.Context(), b.TempDir()+"/audit.db")
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = s.Close() })
+	const batch = 4321
+	rows := make([]audit.Event, batch)
+	rev := int64(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range rows {
+			rev++
+			rows[i] = audit.Event{ClusterID: 7, Epoch: 1, Revision: rev, Key: "bench/u/12", Kind: audit.KindGrant, Class: "bench/bench",
+				Holder: "spiffe://lockd.local/bench-1", Session: 0x694d9a2b6c1e0f07, Token: uint64(1)<<48 | uint64(rev)}
+		}
+		require.NoError(b, s.Write(b.Context(), rows))
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/row")
+}
