@@ -266,26 +266,41 @@ func ephemeralLow() int {
 // it cannot.
 func Series(ctx context.Context, addr, name string) map[string]float64 {
 	out := map[string]float64{}
+	eachSeries(ctx, addr, name, func(series string, v float64) bool {
+		out[series] = v
+		return true
+	})
+	return out
+}
+
+// eachSeries calls f with each series of the metric family name at
+// http://addr/metrics (name and labels as exposed) and its value, until f
+// returns false.
+func eachSeries(ctx context.Context, addr, name string, f func(series string, v float64) bool) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return out
+		return
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			i := strings.LastIndexByte(line, ' ')
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				out[line[:i]] = v
-			}
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		if !f(line[:i], v) {
+			return
 		}
 	}
-	return out
 }
 
 // Metric reads one value from the Prometheus text at http://addr/metrics:
@@ -293,23 +308,11 @@ func Series(ctx context.Context, addr, name string) map[string]float64 {
 // with its labels exactly as exposed (`lockd_audit_lag_revisions{cluster="1f"}`).
 // ok is false when it cannot be read or is not there.
 func Metric(ctx context.Context, addr, name string) (float64, bool) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
+	var v float64
+	found := false
+	eachSeries(ctx, addr, name, func(_ string, x float64) bool {
+		v, found = x, true
+		return false
+	})
+	return v, found
 }

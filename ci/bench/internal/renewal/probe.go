@@ -74,14 +74,7 @@ func (r *run) startProbe(ctx context.Context) (*probe, error) {
 	p := &probe{}
 	for i := range ProbeWorkers {
 		ident := i % r.cfg.Identities
-		var id int64
-		err := retry(ctx, func(ctx context.Context) error {
-			resp, err := r.client(ident).OpenSession(r.as(ctx, ident), &lockv1.OpenSessionRequest{Ttl: durationpb.New(rig.ClassTTL)})
-			if err == nil {
-				id = resp.GetSessionId()
-			}
-			return err
-		})
+		id, err := r.openSession(ctx, ident)
 		if err != nil {
 			return nil, fmt.Errorf("renewal: open a probe session: %s", describe(err))
 		}

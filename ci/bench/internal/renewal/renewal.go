@@ -300,14 +300,7 @@ func (r *run) load(ctx context.Context) {
 	var attempt atomic.Int64
 	opened, err := parallel(lctx, cfg.Sessions, InFlight, func(ctx context.Context) error {
 		ident := int(attempt.Add(1)-1) % cfg.Identities
-		var id int64
-		err := retry(ctx, func(ctx context.Context) error {
-			resp, err := r.client(ident).OpenSession(r.as(ctx, ident), &lockv1.OpenSessionRequest{Ttl: durationpb.New(rig.ClassTTL)})
-			if err == nil {
-				id = resp.GetSessionId()
-			}
-			return err
-		})
+		id, err := r.openSession(ctx, ident)
 		if err != nil {
 			return err
 		}
@@ -515,6 +508,20 @@ func (r *run) notef(format string, args ...any) {
 
 // client is the connection identity ident's calls use.
 func (r *run) client(ident int) lockv1.LockServiceClient { return r.clients[ident%len(r.clients)] }
+
+// openSession opens a session of the class TTL as identity ident, with
+// retries.
+func (r *run) openSession(ctx context.Context, ident int) (int64, error) {
+	var id int64
+	err := retry(ctx, func(ctx context.Context) error {
+		resp, err := r.client(ident).OpenSession(r.as(ctx, ident), &lockv1.OpenSessionRequest{Ttl: durationpb.New(rig.ClassTTL)})
+		if err == nil {
+			id = resp.GetSessionId()
+		}
+		return err
+	})
+	return id, err
+}
 
 // as makes ctx's calls come from identity ident (lockd's insecure loopback
 // header).
