@@ -28,7 +28,7 @@ func LoadDir(dir string, now time.Time) (*Set, error) {
 	if len(t.Problems) > 0 {
 		return nil, &LoadError{Problems: t.Problems}
 	}
-	return NewSet(t.Classes, t.Grants, t.Homes...), nil
+	return NewSet(t.Classes, t.Grants, t.Homes...).WithPauseTests(t.PauseTests), nil
 }
 
 // Tree is everything [Inspect] found in a class directory.

@@ -62,46 +62,6 @@ func reviewWaivers(t *Tree, now time.Time) []Problem {
 	return ps
 }
 
-// CurrentPauseTest returns the pause-test result that proves c fenced at
-// now, or an explanation of why there is none. tests may hold results of
-// any class.
-func CurrentPauseTest(c *Class, tests []PauseTest, now time.Time) (*PauseTest, string) {
-	if c.Resource == "" {
-		return nil, "a fenced class must name its spec.resource: the pause test proves that resource rejects stale tokens"
-	}
-	var reasons []string
-	for i := range tests {
-		pt := &tests[i]
-		if pt.Namespace != c.Namespace || pt.Class != c.Name {
-			continue
-		}
-		where := fmt.Sprintf("%s:%d", pt.Source, pt.Line)
-		switch {
-		case pt.Resource != c.Resource:
-			reasons = append(reasons, fmt.Sprintf("%s tested resource %q, the class guards %q", where, pt.Resource, c.Resource))
-		case pt.ResourceSchemaVersion != c.ResourceSchemaVersion:
-			reasons = append(reasons, fmt.Sprintf("%s tested schema version %q of %s, the class says %q: the schema changed, run the test again",
-				where, pt.ResourceSchemaVersion, c.Resource, c.ResourceSchemaVersion))
-		case pt.RanAt.After(now):
-			reasons = append(reasons, fmt.Sprintf("%s ran at %s, which is in the future", where, pt.RanAt.UTC().Format(time.RFC3339)))
-		case !now.Before(pt.Expires) || !now.Before(pt.RanAt.Add(PauseTestValidity)):
-			exp := pt.Expires
-			if e := pt.RanAt.Add(PauseTestValidity); e.Before(exp) {
-				exp = e
-			}
-			reasons = append(reasons, fmt.Sprintf("%s expired on %s (results count for a year): run the test again",
-				where, exp.UTC().Format(time.DateOnly)))
-		default:
-			return pt, ""
-		}
-	}
-	if len(reasons) == 0 {
-		return nil, fmt.Sprintf("no PauseTestResult for class %s and resource %s: run `lockctl fence-test --class %s …` against the resource and commit the result next to the class, or declare the class advisory with a risk owner",
-			c.Name, c.Resource, c.Name)
-	}
-	return nil, "no current PauseTestResult: " + strings.Join(reasons, "; ")
-}
-
 func reviewPauseTests(t *Tree, now time.Time) []Problem {
 	var ps []Problem
 	for _, c := range t.Classes {

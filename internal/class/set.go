@@ -1,6 +1,8 @@
 package class
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +16,10 @@ type Set struct {
 	owners     map[string][]owned // namespace → prefixes, longest first
 	homes      map[string]string  // namespace → region
 	regions    []string           // sorted, once each
+	// Fence proofs: from pause-test results (a class directory), or, when
+	// proofs is not nil, as read from each class's status.
+	pauseTests []PauseTest
+	proofs     map[string]FenceProof
 }
 
 // NewSet builds a Set from classes, grants and namespace homes. It does not
@@ -134,4 +140,62 @@ func (s *Set) Classes() []*Class {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return out
+}
+
+// WithPauseTests returns a copy of s whose classes are proven fenced by
+// the results in tests ([ProveFenced]), as a class directory proves them.
+func (s *Set) WithPauseTests(tests []PauseTest) *Set {
+	cp := *s
+	cp.pauseTests = slices.Clone(tests)
+	cp.proofs = nil
+	return &cp
+}
+
+// WithFenceProofs returns a copy of s whose classes' fence proofs are
+// those given, by class ref ("namespace/name"), as the class controller
+// wrote them in each LockClass's status. A class without one is not
+// proven (ReasonNoStatus).
+func (s *Set) WithFenceProofs(proofs map[string]FenceProof) *Set {
+	cp := *s
+	cp.pauseTests = nil
+	cp.proofs = maps.Clone(proofs)
+	if cp.proofs == nil {
+		cp.proofs = map[string]FenceProof{}
+	}
+	return &cp
+}
+
+// PauseTests returns the pause-test results the set proves classes with
+// (none for a set whose proofs come from the classes' status).
+func (s *Set) PauseTests() []PauseTest { return slices.Clone(s.pauseTests) }
+
+// Proof says whether c, a class of s, is proven fenced at now. A class
+// declared advisory never is.
+func (s *Set) Proof(c *Class, now time.Time) FenceProof {
+	if c.Enforcement != EnforcementFenced {
+		return FenceProof{Reason: ReasonNotDeclaredFenced, Message: "the class declares enforcement advisory"}
+	}
+	if s.proofs == nil {
+		return ProveFenced(c, s.pauseTests, now)
+	}
+	p, ok := s.proofs[c.Ref()]
+	if !ok {
+		return FenceProof{Reason: ReasonNoStatus,
+			Message: "the class controller has not written this class's status: it is served as advisory until it does"}
+	}
+	if p.Proven && !p.HoldsAt(now) {
+		return FenceProof{Reason: ReasonPauseTestExpired, Result: p.Result,
+			Message: fmt.Sprintf("the class's status proved it fenced until %s, which has passed: the class controller has not renewed it (is it running?)",
+				p.Until.UTC().Format(time.RFC3339))}
+	}
+	return p
+}
+
+// Served is the enforcement lockd serves c with at now: fenced only while
+// c declares fenced and a current pause test proves it, else advisory.
+func (s *Set) Served(c *Class, now time.Time) Enforcement {
+	if s.Proof(c, now).HoldsAt(now) {
+		return EnforcementFenced
+	}
+	return EnforcementAdvisory
 }
