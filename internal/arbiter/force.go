@@ -123,18 +123,20 @@ func (a *Arbiter) RequestForceRelease(ctx context.Context, caller identity.Calle
 	return fr, nil
 }
 
-// enforcementOf is the enforcement of class ref ("ns/name") in the loaded
-// classes, or "unknown" for a class no longer loaded.
+// enforcementOf is the enforcement served for class ref ("ns/name") in
+// the loaded classes (fenced only while a pause test proves it), or
+// "unknown" for a class no longer loaded.
 func (a *Arbiter) enforcementOf(ref string) string {
 	ns, name, ok := strings.Cut(ref, "/")
 	if !ok {
 		return "unknown"
 	}
-	c, found := a.policy.Load().Classes.Class(ns, name)
+	pol := a.policy.Load()
+	c, found := pol.Classes.Class(ns, name)
 	if !found {
 		return "unknown"
 	}
-	return string(c.Enforcement)
+	return string(pol.Classes.Served(c, a.now()))
 }
 
 // getForce finds request id in the cell of its key (a request lives with

@@ -354,7 +354,7 @@ func (a *Arbiter) ListSessions(ctx context.Context, caller identity.Caller) ([]S
 
 // ListClasses returns the loaded classes of the namespaces the caller has
 // grants in (all of them for an operator), optionally of one namespace.
-func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class.Class {
+func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []ServedClass {
 	who := caller.String()
 	pol := a.policy.Load()
 	var mine []string
@@ -362,10 +362,11 @@ func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class
 	if !op {
 		mine = pol.Authz.NamespacesOf(who)
 	}
-	var out []*class.Class
+	now := a.now()
+	var out []ServedClass
 	for _, c := range pol.Classes.Classes() {
 		if (namespace == "" || c.Namespace == namespace) && (op || slices.Contains(mine, c.Namespace)) {
-			out = append(out, c)
+			out = append(out, pol.served(c, now))
 		}
 	}
 	return out
@@ -374,15 +375,35 @@ func (a *Arbiter) ListClasses(caller identity.Caller, namespace string) []*class
 // DescribeClass returns class namespace/name if the caller has grants in that
 // namespace (or is an operator); otherwise the same denial as for an absent
 // namespace.
-func (a *Arbiter) DescribeClass(caller identity.Caller, namespace, name string) (*class.Class, error) {
+func (a *Arbiter) DescribeClass(caller identity.Caller, namespace, name string) (ServedClass, error) {
 	who := caller.String()
 	pol := a.policy.Load()
 	if !a.IsOperator(caller) && !slices.Contains(pol.Authz.NamespacesOf(who), namespace) {
-		return nil, authz.ErrDenied
+		return ServedClass{}, authz.ErrDenied
 	}
 	c, ok := pol.Classes.Class(namespace, name)
 	if !ok {
-		return nil, fmt.Errorf("%w: class: no class %q in namespace %q", ErrInvalid, name, namespace)
+		return ServedClass{}, fmt.Errorf("%w: class: no class %q in namespace %q", ErrInvalid, name, namespace)
 	}
-	return c, nil
+	return pol.served(c, a.now()), nil
+}
+
+// ServedClass is a class as lockd serves it at one moment: its
+// enforcement is fenced only while a pause test proves it (Proof).
+type ServedClass struct {
+	*class.Class
+	// Served is the enforcement served: Class.Enforcement (what the class
+	// declares) when that is advisory or proven fenced, else advisory.
+	Served class.Enforcement
+	// Proof says whether a class declared fenced is proven, and why.
+	Proof class.FenceProof
+}
+
+func (p *Policy) served(c *class.Class, now time.Time) ServedClass {
+	proof := p.Classes.Proof(c, now)
+	sc := ServedClass{Class: c, Served: class.EnforcementAdvisory, Proof: proof}
+	if proof.HoldsAt(now) {
+		sc.Served = class.EnforcementFenced
+	}
+	return sc
 }

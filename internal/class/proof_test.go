@@ -54,3 +54,27 @@ func TestAClassIsServedFencedOnlyWhileAPauseTestProvesIt(t *testing.T) {
 		})
 	}
 }
+
+func TestASetServesFencedUntilTheProofEnds(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	c := &Class{Namespace: "payments", Name: "ledger", Enforcement: EnforcementFenced, Resource: "db"}
+	pt := PauseTest{Namespace: "payments", Name: "ledger", Class: "ledger", Resource: "db", Outcome: PauseTestOutcomePass,
+		RanAt: now.AddDate(0, -1, 0), Expires: now.Add(time.Hour)}
+	fromDir := NewSet([]*Class{c}, nil).WithPauseTests([]PauseTest{pt})
+	fromStatus := NewSet([]*Class{c}, nil).WithFenceProofs(map[string]FenceProof{c.Ref(): ProveFenced(c, []PauseTest{pt}, now)})
+	noStatus := NewSet([]*Class{c}, nil).WithFenceProofs(nil)
+	for name, s := range map[string]*Set{"directory": fromDir, "status": fromStatus} {
+		if got := s.Served(c, now); got != EnforcementFenced {
+			t.Errorf("%s: served %s before the result expires", name, got)
+		}
+		if got := s.Served(c, now.Add(time.Hour)); got != EnforcementAdvisory {
+			t.Errorf("%s: served %s once the result expired", name, got)
+		}
+		if p := s.Proof(c, now.Add(time.Hour)); p.Reason != ReasonPauseTestExpired || p.Proven {
+			t.Errorf("%s: proof after expiry %+v", name, p)
+		}
+	}
+	if p := noStatus.Proof(c, now); p.Reason != ReasonNoStatus || noStatus.Served(c, now) != EnforcementAdvisory {
+		t.Errorf("no status written: %+v", p)
+	}
+}

@@ -39,6 +39,7 @@ package pausetest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -170,7 +171,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			"declare onQuorumLoss: closed before testing its fence", ErrOpenClass, ns, name)
 	}
 	rep.Class = ClassInfo{
-		Namespace: lc.GetNamespace(), Name: lc.GetName(), Enforcement: lc.GetEnforcement(),
+		Namespace: lc.GetNamespace(), Name: lc.GetName(), Enforcement: cmp.Or(lc.GetDeclaredEnforcement(), lc.GetEnforcement()),
+		Served:     lc.GetEnforcement(),
 		TTLSeconds: lc.GetTtl().AsDuration().Seconds(), Resource: lc.GetResource(),
 	}
 	if rep.Resource, err = resourceName(ns+"/"+name, lc.GetResource(), cfg.ResourceName); err != nil {

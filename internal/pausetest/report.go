@@ -81,8 +81,11 @@ type ClassInfo struct {
 	// Namespace and Name identify the class.
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Enforcement is the class's enforcement today: fenced or advisory.
+	// Enforcement is what the class declares: fenced or advisory.
 	Enforcement string `json:"enforcement"`
+	// Served is what lockd serves it as: a class declaring fenced is served
+	// as advisory until a current result proves it.
+	Served string `json:"served,omitempty"`
 	// TTLSeconds is the class TTL: how long the paused holder keeps its hold.
 	TTLSeconds float64 `json:"ttl_seconds"`
 	// Resource is the class's spec.resource ("" when it names none).

@@ -52,7 +52,7 @@ func TestRunPassesWithAFence(t *testing.T) {
 	}
 	tk := rep.Tokens
 	require.True(t, tk.C < tk.AFirst && tk.AFirst < tk.A && tk.A < tk.B, "%+v", tk)
-	require.Equal(t, ClassInfo{Namespace: "t", Name: "fast", Enforcement: "fenced", TTLSeconds: 5, Resource: "test-db"}, rep.Class)
+	require.Equal(t, ClassInfo{Namespace: "t", Name: "fast", Enforcement: "fenced", Served: "fenced", TTLSeconds: 5, Resource: "test-db"}, rep.Class)
 	require.Equal(t, "test-db", rep.Resource)
 	require.Equal(t, "t/fast/pt-pass-2", rep.OtherKey)
 	require.Contains(t, rep.Message, "rejected the paused holder's write")

@@ -245,16 +245,25 @@ func (s *Server) DescribeClass(ctx context.Context, req *lockv1.DescribeClassReq
 	return &lockv1.DescribeClassResponse{Class: ClassProto(c)}, nil
 }
 
-// ClassProto converts a class to its wire form.
-func ClassProto(c *class.Class) *lockv1.LockClass {
+// ClassProto converts a class as served to its wire form.
+func ClassProto(sc arbiter.ServedClass) *lockv1.LockClass {
+	c := sc.Class
 	pc := &lockv1.LockClass{
-		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(c.Enforcement),
-		Ttl: durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
+		Namespace: c.Namespace, Name: c.Name, Purpose: string(c.Purpose), Enforcement: string(sc.Served),
+		DeclaredEnforcement: string(c.Enforcement),
+		Ttl:                 durationpb.New(c.TTL), Tier: string(c.Tier), OnQuorumLoss: string(c.OnQuorumLoss),
 		Fairness: string(c.Fairness), Resource: c.Resource, RiskOwner: c.RiskOwner,
 		Keys: slices.Clone(c.Keys), NestedIn: slices.Clone(c.NestedIn),
 	}
 	if !c.WaiverExpires.IsZero() {
 		pc.WaiverExpires = timestamppb.New(c.WaiverExpires)
+	}
+	if c.Enforcement == class.EnforcementFenced {
+		pc.FenceProof = &lockv1.FenceProof{Proven: sc.Served == class.EnforcementFenced, Reason: sc.Proof.Reason,
+			Message: sc.Proof.Message, Result: sc.Proof.Result}
+		if !sc.Proof.Until.IsZero() {
+			pc.FenceProof.Until = timestamppb.New(sc.Proof.Until)
+		}
 	}
 	return pc
 }

@@ -174,6 +174,30 @@ func init() {
 		fmt.Fprintf(&b, "---\napiVersion: locks.lockd.dev/v1alpha1\nkind: LockGrant\nmetadata: {name: w%d, namespace: t}\nspec:\n  spiffeID: %s\n  prefixes: [\"t/\"]\n", i, Worker(i))
 	}
 	Classes["t/workers.yaml"] = strings.TrimPrefix(b.String(), "---\n")
+	Classes["t/pausetests.yaml"] = pauseTests(time.Now(), "t", "std", "fast", "fifo")
+}
+
+// pauseTests are PauseTestResults, run an hour before now against
+// test-db, proving the classes of namespace ns fenced for a year: lockd
+// serves a class as fenced only with one (other/std has none, and is
+// served as advisory).
+func pauseTests(now time.Time, ns string, classes ...string) string {
+	ran := now.UTC().Add(-time.Hour).Truncate(time.Second)
+	var docs []string
+	for _, c := range classes {
+		docs = append(docs, fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
+kind: PauseTestResult
+metadata: {name: %s, namespace: %s}
+spec:
+  class: %s
+  resource: test-db
+  outcome: pass
+  ranAt: %q
+  expires: %q
+  tokens: {first: "281474976710664", second: "281474976710666"}
+`, c, ns, c, ran.Format(time.RFC3339), ran.AddDate(1, 0, 0).Add(-time.Minute).Format(time.RFC3339)))
+	}
+	return strings.Join(docs, "---\n")
 }
 
 // WriteClasses writes Classes under dir.

@@ -1488,7 +1488,10 @@ type LockClass struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// correctness or efficiency.
 	Purpose string `protobuf:"bytes,3,opt,name=purpose,proto3" json:"purpose,omitempty"`
-	// fenced or advisory.
+	// fenced or advisory: what lockd serves. fenced only while the class
+	// declares fenced (declared_enforcement) and a current pause-test result
+	// proves its resource rejects a stale holder's write (fence_proof); a
+	// class declared fenced without one is served as advisory.
 	Enforcement string `protobuf:"bytes,4,opt,name=enforcement,proto3" json:"enforcement,omitempty"`
 	// Session TTL for holds of this class.
 	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -1507,7 +1510,11 @@ type LockClass struct {
 	// the class of its namespace owning the longest prefix of it.
 	Keys []string `protobuf:"bytes,12,rep,name=keys,proto3" json:"keys,omitempty"`
 	// The classes of the namespace this class carves its keys out of.
-	NestedIn      []string `protobuf:"bytes,13,rep,name=nested_in,json=nestedIn,proto3" json:"nested_in,omitempty"`
+	NestedIn []string `protobuf:"bytes,13,rep,name=nested_in,json=nestedIn,proto3" json:"nested_in,omitempty"`
+	// What the class declares (spec.enforcement): fenced or advisory.
+	DeclaredEnforcement string `protobuf:"bytes,14,opt,name=declared_enforcement,json=declaredEnforcement,proto3" json:"declared_enforcement,omitempty"`
+	// For a class declared fenced: whether it is proven, and why.
+	FenceProof    *FenceProof `protobuf:"bytes,15,opt,name=fence_proof,json=fenceProof,proto3" json:"fence_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1633,6 +1640,106 @@ func (x *LockClass) GetNestedIn() []string {
 	return nil
 }
 
+func (x *LockClass) GetDeclaredEnforcement() string {
+	if x != nil {
+		return x.DeclaredEnforcement
+	}
+	return ""
+}
+
+func (x *LockClass) GetFenceProof() *FenceProof {
+	if x != nil {
+		return x.FenceProof
+	}
+	return nil
+}
+
+// FenceProof says whether a class declared fenced is served as fenced.
+type FenceProof struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A current pause-test result proves the class's resource rejects a stale
+	// holder's write.
+	Proven bool `protobuf:"varint,1,opt,name=proven,proto3" json:"proven,omitempty"`
+	// Why (a CamelCase reason, as the class controller's Fenced condition
+	// has): PauseTestCurrent, NoResource, NoPauseTest, ResourceMismatch,
+	// SchemaVersionChanged, PauseTestExpired, PauseTestInFuture, NoStatus or
+	// StatusStale.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why, for people, and what to do.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// When the proof stops counting (unset when not proven).
+	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// The PauseTestResult that proves it, "namespace/name".
+	Result        string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceProof) Reset() {
+	*x = FenceProof{}
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceProof) ProtoMessage() {}
+
+func (x *FenceProof) ProtoReflect() protoreflect.Message {
+	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceProof.ProtoReflect.Descriptor instead.
+func (*FenceProof) Descriptor() ([]byte, []int) {
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *FenceProof) GetProven() bool {
+	if x != nil {
+		return x.Proven
+	}
+	return false
+}
+
+func (x *FenceProof) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FenceProof) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FenceProof) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *FenceProof) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 // ListClassesRequest lists the classes the caller may see.
 type ListClassesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1644,7 +1751,7 @@ type ListClassesRequest struct {
 
 func (x *ListClassesRequest) Reset() {
 	*x = ListClassesRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1763,7 @@ func (x *ListClassesRequest) String() string {
 func (*ListClassesRequest) ProtoMessage() {}
 
 func (x *ListClassesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[20]
+	mi := &file_lock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1776,7 @@ func (x *ListClassesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClassesRequest.ProtoReflect.Descriptor instead.
 func (*ListClassesRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListClassesRequest) GetNamespace() string {
@@ -1690,7 +1797,7 @@ type ListClassesResponse struct {
 
 func (x *ListClassesResponse) Reset() {
 	*x = ListClassesResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1809,7 @@ func (x *ListClassesResponse) String() string {
 func (*ListClassesResponse) ProtoMessage() {}
 
 func (x *ListClassesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[21]
+	mi := &file_lock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1822,7 @@ func (x *ListClassesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClassesResponse.ProtoReflect.Descriptor instead.
 func (*ListClassesResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListClassesResponse) GetClasses() []*LockClass {
@@ -1753,7 +1860,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1872,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[22]
+	mi := &file_lock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1885,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -1860,7 +1967,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1979,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[23]
+	mi := &file_lock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1992,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireResponse) GetToken() *Token {
@@ -1966,7 +2073,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2085,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[24]
+	mi := &file_lock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2098,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseRequest) GetSessionId() int64 {
@@ -2026,7 +2133,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2145,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[25]
+	mi := &file_lock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2158,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2072,7 +2179,7 @@ type InspectRequest struct {
 
 func (x *InspectRequest) Reset() {
 	*x = InspectRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2191,7 @@ func (x *InspectRequest) String() string {
 func (*InspectRequest) ProtoMessage() {}
 
 func (x *InspectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[26]
+	mi := &file_lock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2204,7 @@ func (x *InspectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectRequest.ProtoReflect.Descriptor instead.
 func (*InspectRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InspectRequest) GetKey() string {
@@ -2145,7 +2252,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2264,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[27]
+	mi := &file_lock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2277,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Hold) GetKey() string {
@@ -2272,7 +2379,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2391,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[28]
+	mi := &file_lock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2404,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Waiter) GetIdentity() string {
@@ -2369,7 +2476,7 @@ type InspectResponse struct {
 
 func (x *InspectResponse) Reset() {
 	*x = InspectResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2488,7 @@ func (x *InspectResponse) String() string {
 func (*InspectResponse) ProtoMessage() {}
 
 func (x *InspectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[29]
+	mi := &file_lock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2501,7 @@ func (x *InspectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectResponse.ProtoReflect.Descriptor instead.
 func (*InspectResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *InspectResponse) GetHeld() bool {
@@ -2473,7 +2580,7 @@ type ListHoldsRequest struct {
 
 func (x *ListHoldsRequest) Reset() {
 	*x = ListHoldsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2592,7 @@ func (x *ListHoldsRequest) String() string {
 func (*ListHoldsRequest) ProtoMessage() {}
 
 func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[30]
+	mi := &file_lock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2605,7 @@ func (x *ListHoldsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsRequest.ProtoReflect.Descriptor instead.
 func (*ListHoldsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListHoldsRequest) GetPrefix() string {
@@ -2528,7 +2635,7 @@ type ListHoldsResponse struct {
 
 func (x *ListHoldsResponse) Reset() {
 	*x = ListHoldsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2647,7 @@ func (x *ListHoldsResponse) String() string {
 func (*ListHoldsResponse) ProtoMessage() {}
 
 func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[31]
+	mi := &file_lock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2660,7 @@ func (x *ListHoldsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHoldsResponse.ProtoReflect.Descriptor instead.
 func (*ListHoldsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListHoldsResponse) GetHolds() []*Hold {
@@ -2579,7 +2686,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2698,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[32]
+	mi := &file_lock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2711,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 // Session describes one session.
@@ -2630,7 +2737,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2749,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[33]
+	mi := &file_lock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2762,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Session) GetSessionId() int64 {
@@ -2718,7 +2825,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2837,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[34]
+	mi := &file_lock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2850,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{34}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2765,7 +2872,7 @@ type EpochStatusRequest struct {
 
 func (x *EpochStatusRequest) Reset() {
 	*x = EpochStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2884,7 @@ func (x *EpochStatusRequest) String() string {
 func (*EpochStatusRequest) ProtoMessage() {}
 
 func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[35]
+	mi := &file_lock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2897,7 @@ func (x *EpochStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusRequest.ProtoReflect.Descriptor instead.
 func (*EpochStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{35}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EpochStatusRequest) GetCluster() string {
@@ -2840,7 +2947,7 @@ type EpochStatusResponse struct {
 
 func (x *EpochStatusResponse) Reset() {
 	*x = EpochStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +2959,7 @@ func (x *EpochStatusResponse) String() string {
 func (*EpochStatusResponse) ProtoMessage() {}
 
 func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[36]
+	mi := &file_lock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +2972,7 @@ func (x *EpochStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochStatusResponse.ProtoReflect.Descriptor instead.
 func (*EpochStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{36}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EpochStatusResponse) GetEpoch() uint32 {
@@ -2961,7 +3068,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3080,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[37]
+	mi := &file_lock_v1_lock_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3093,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{37}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
 }
 
 // Cluster is one etcd cluster lockd fronts, as this lockd sees it now.
@@ -3022,7 +3129,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3141,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[38]
+	mi := &file_lock_v1_lock_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3154,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{38}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Cluster) GetName() string {
@@ -3144,7 +3251,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3263,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[39]
+	mi := &file_lock_v1_lock_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3276,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{39}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListClustersResponse) GetClusters() []*Cluster {
@@ -3192,7 +3299,7 @@ type AdvanceEpochRequest struct {
 
 func (x *AdvanceEpochRequest) Reset() {
 	*x = AdvanceEpochRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3311,7 @@ func (x *AdvanceEpochRequest) String() string {
 func (*AdvanceEpochRequest) ProtoMessage() {}
 
 func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[40]
+	mi := &file_lock_v1_lock_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3324,7 @@ func (x *AdvanceEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{40}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AdvanceEpochRequest) GetFromEpoch() uint32 {
@@ -3249,7 +3356,7 @@ type AdvanceEpochResponse struct {
 
 func (x *AdvanceEpochResponse) Reset() {
 	*x = AdvanceEpochResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3368,7 @@ func (x *AdvanceEpochResponse) String() string {
 func (*AdvanceEpochResponse) ProtoMessage() {}
 
 func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[41]
+	mi := &file_lock_v1_lock_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3381,7 @@ func (x *AdvanceEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceEpochResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceEpochResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{41}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AdvanceEpochResponse) GetEpoch() uint32 {
@@ -3322,7 +3429,7 @@ type RequestEpochAdvanceRequest struct {
 
 func (x *RequestEpochAdvanceRequest) Reset() {
 	*x = RequestEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3441,7 @@ func (x *RequestEpochAdvanceRequest) String() string {
 func (*RequestEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[42]
+	mi := &file_lock_v1_lock_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3454,7 @@ func (x *RequestEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{42}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RequestEpochAdvanceRequest) GetFromEpoch() uint32 {
@@ -3397,7 +3504,7 @@ type RequestEpochAdvanceResponse struct {
 
 func (x *RequestEpochAdvanceResponse) Reset() {
 	*x = RequestEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3516,7 @@ func (x *RequestEpochAdvanceResponse) String() string {
 func (*RequestEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[43]
+	mi := &file_lock_v1_lock_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3529,7 @@ func (x *RequestEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*RequestEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{43}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RequestEpochAdvanceResponse) GetId() string {
@@ -3485,7 +3592,7 @@ type ApproveEpochAdvanceRequest struct {
 
 func (x *ApproveEpochAdvanceRequest) Reset() {
 	*x = ApproveEpochAdvanceRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3604,7 @@ func (x *ApproveEpochAdvanceRequest) String() string {
 func (*ApproveEpochAdvanceRequest) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[44]
+	mi := &file_lock_v1_lock_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3617,7 @@ func (x *ApproveEpochAdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{44}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApproveEpochAdvanceRequest) GetId() string {
@@ -3541,7 +3648,7 @@ type ApproveEpochAdvanceResponse struct {
 
 func (x *ApproveEpochAdvanceResponse) Reset() {
 	*x = ApproveEpochAdvanceResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3660,7 @@ func (x *ApproveEpochAdvanceResponse) String() string {
 func (*ApproveEpochAdvanceResponse) ProtoMessage() {}
 
 func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[45]
+	mi := &file_lock_v1_lock_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3673,7 @@ func (x *ApproveEpochAdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveEpochAdvanceResponse.ProtoReflect.Descriptor instead.
 func (*ApproveEpochAdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{45}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApproveEpochAdvanceResponse) GetEpoch() uint32 {
@@ -3627,7 +3734,7 @@ type ClassStatsRequest struct {
 
 func (x *ClassStatsRequest) Reset() {
 	*x = ClassStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3746,7 @@ func (x *ClassStatsRequest) String() string {
 func (*ClassStatsRequest) ProtoMessage() {}
 
 func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[46]
+	mi := &file_lock_v1_lock_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3759,7 @@ func (x *ClassStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsRequest.ProtoReflect.Descriptor instead.
 func (*ClassStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{46}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{47}
 }
 
 // ClassStatsResponse holds per-class statistics of the lockd answering.
@@ -3666,7 +3773,7 @@ type ClassStatsResponse struct {
 
 func (x *ClassStatsResponse) Reset() {
 	*x = ClassStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[47]
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3785,7 @@ func (x *ClassStatsResponse) String() string {
 func (*ClassStatsResponse) ProtoMessage() {}
 
 func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[47]
+	mi := &file_lock_v1_lock_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3798,7 @@ func (x *ClassStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStatsResponse.ProtoReflect.Descriptor instead.
 func (*ClassStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{47}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClassStatsResponse) GetStats() []*ClassStat {
@@ -3722,7 +3829,7 @@ type ClassStat struct {
 
 func (x *ClassStat) Reset() {
 	*x = ClassStat{}
-	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +3841,7 @@ func (x *ClassStat) String() string {
 func (*ClassStat) ProtoMessage() {}
 
 func (x *ClassStat) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[48]
+	mi := &file_lock_v1_lock_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +3854,7 @@ func (x *ClassStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassStat.ProtoReflect.Descriptor instead.
 func (*ClassStat) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{48}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClassStat) GetNamespace() string {
@@ -3812,7 +3919,7 @@ type ValidateTokenRequest struct {
 
 func (x *ValidateTokenRequest) Reset() {
 	*x = ValidateTokenRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +3931,7 @@ func (x *ValidateTokenRequest) String() string {
 func (*ValidateTokenRequest) ProtoMessage() {}
 
 func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[49]
+	mi := &file_lock_v1_lock_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +3944,7 @@ func (x *ValidateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenRequest.ProtoReflect.Descriptor instead.
 func (*ValidateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{49}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ValidateTokenRequest) GetKey() string {
@@ -3872,7 +3979,7 @@ type ValidateTokenResponse struct {
 
 func (x *ValidateTokenResponse) Reset() {
 	*x = ValidateTokenResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +3991,7 @@ func (x *ValidateTokenResponse) String() string {
 func (*ValidateTokenResponse) ProtoMessage() {}
 
 func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[50]
+	mi := &file_lock_v1_lock_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4004,7 @@ func (x *ValidateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateTokenResponse.ProtoReflect.Descriptor instead.
 func (*ValidateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{50}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ValidateTokenResponse) GetValid() bool {
@@ -3954,7 +4061,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +4073,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[51]
+	mi := &file_lock_v1_lock_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +4086,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{51}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HistoryRequest) GetKey() string {
@@ -4046,7 +4153,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4165,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[52]
+	mi := &file_lock_v1_lock_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4178,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{52}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HistoryResponse) GetEvents() []*HistoryEvent {
@@ -4136,7 +4243,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	mi := &file_lock_v1_lock_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4255,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[53]
+	mi := &file_lock_v1_lock_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4268,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{53}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HistoryEvent) GetClusterId() uint64 {
@@ -4357,7 +4464,7 @@ type HistoryStatsRequest struct {
 
 func (x *HistoryStatsRequest) Reset() {
 	*x = HistoryStatsRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[54]
+	mi := &file_lock_v1_lock_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4476,7 @@ func (x *HistoryStatsRequest) String() string {
 func (*HistoryStatsRequest) ProtoMessage() {}
 
 func (x *HistoryStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[54]
+	mi := &file_lock_v1_lock_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4489,7 @@ func (x *HistoryStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryStatsRequest.ProtoReflect.Descriptor instead.
 func (*HistoryStatsRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{54}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HistoryStatsRequest) GetSince() *timestamppb.Timestamp {
@@ -4409,7 +4516,7 @@ type HistoryStatsResponse struct {
 
 func (x *HistoryStatsResponse) Reset() {
 	*x = HistoryStatsResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[55]
+	mi := &file_lock_v1_lock_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4528,7 @@ func (x *HistoryStatsResponse) String() string {
 func (*HistoryStatsResponse) ProtoMessage() {}
 
 func (x *HistoryStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[55]
+	mi := &file_lock_v1_lock_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4541,7 @@ func (x *HistoryStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryStatsResponse.ProtoReflect.Descriptor instead.
 func (*HistoryStatsResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{55}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HistoryStatsResponse) GetClasses() []*ClassHistory {
@@ -4463,7 +4570,7 @@ type ClassHistory struct {
 
 func (x *ClassHistory) Reset() {
 	*x = ClassHistory{}
-	mi := &file_lock_v1_lock_proto_msgTypes[56]
+	mi := &file_lock_v1_lock_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4582,7 @@ func (x *ClassHistory) String() string {
 func (*ClassHistory) ProtoMessage() {}
 
 func (x *ClassHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[56]
+	mi := &file_lock_v1_lock_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4595,7 @@ func (x *ClassHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassHistory.ProtoReflect.Descriptor instead.
 func (*ClassHistory) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{56}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ClassHistory) GetNamespace() string {
@@ -4542,7 +4649,7 @@ type ShardStatusRequest struct {
 
 func (x *ShardStatusRequest) Reset() {
 	*x = ShardStatusRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[57]
+	mi := &file_lock_v1_lock_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4661,7 @@ func (x *ShardStatusRequest) String() string {
 func (*ShardStatusRequest) ProtoMessage() {}
 
 func (x *ShardStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[57]
+	mi := &file_lock_v1_lock_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4674,7 @@ func (x *ShardStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatusRequest.ProtoReflect.Descriptor instead.
 func (*ShardStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{57}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{58}
 }
 
 // ShardStatusResponse is the entity tier's shards.
@@ -4586,7 +4693,7 @@ type ShardStatusResponse struct {
 
 func (x *ShardStatusResponse) Reset() {
 	*x = ShardStatusResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[58]
+	mi := &file_lock_v1_lock_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4705,7 @@ func (x *ShardStatusResponse) String() string {
 func (*ShardStatusResponse) ProtoMessage() {}
 
 func (x *ShardStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[58]
+	mi := &file_lock_v1_lock_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4718,7 @@ func (x *ShardStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatusResponse.ProtoReflect.Descriptor instead.
 func (*ShardStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{58}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShardStatusResponse) GetVersion() int64 {
@@ -4663,7 +4770,7 @@ type ShardLoad struct {
 
 func (x *ShardLoad) Reset() {
 	*x = ShardLoad{}
-	mi := &file_lock_v1_lock_proto_msgTypes[59]
+	mi := &file_lock_v1_lock_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4675,7 +4782,7 @@ func (x *ShardLoad) String() string {
 func (*ShardLoad) ProtoMessage() {}
 
 func (x *ShardLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[59]
+	mi := &file_lock_v1_lock_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4688,7 +4795,7 @@ func (x *ShardLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardLoad.ProtoReflect.Descriptor instead.
 func (*ShardLoad) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{59}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardLoad) GetName() string {
@@ -4758,7 +4865,7 @@ type ProposeShardPlanRequest struct {
 
 func (x *ProposeShardPlanRequest) Reset() {
 	*x = ProposeShardPlanRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[60]
+	mi := &file_lock_v1_lock_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4770,7 +4877,7 @@ func (x *ProposeShardPlanRequest) String() string {
 func (*ProposeShardPlanRequest) ProtoMessage() {}
 
 func (x *ProposeShardPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[60]
+	mi := &file_lock_v1_lock_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4783,7 +4890,7 @@ func (x *ProposeShardPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeShardPlanRequest.ProtoReflect.Descriptor instead.
 func (*ProposeShardPlanRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{60}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ProposeShardPlanRequest) GetAdd() []*ShardWeight {
@@ -4831,7 +4938,7 @@ type ProposeShardPlanResponse struct {
 
 func (x *ProposeShardPlanResponse) Reset() {
 	*x = ProposeShardPlanResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[61]
+	mi := &file_lock_v1_lock_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4843,7 +4950,7 @@ func (x *ProposeShardPlanResponse) String() string {
 func (*ProposeShardPlanResponse) ProtoMessage() {}
 
 func (x *ProposeShardPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[61]
+	mi := &file_lock_v1_lock_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4856,7 +4963,7 @@ func (x *ProposeShardPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProposeShardPlanResponse.ProtoReflect.Descriptor instead.
 func (*ProposeShardPlanResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{61}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ProposeShardPlanResponse) GetPlan() *ShardPlan {
@@ -4876,7 +4983,7 @@ type ApproveShardPlanResponse struct {
 
 func (x *ApproveShardPlanResponse) Reset() {
 	*x = ApproveShardPlanResponse{}
-	mi := &file_lock_v1_lock_proto_msgTypes[62]
+	mi := &file_lock_v1_lock_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +4995,7 @@ func (x *ApproveShardPlanResponse) String() string {
 func (*ApproveShardPlanResponse) ProtoMessage() {}
 
 func (x *ApproveShardPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[62]
+	mi := &file_lock_v1_lock_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5008,7 @@ func (x *ApproveShardPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveShardPlanResponse.ProtoReflect.Descriptor instead.
 func (*ApproveShardPlanResponse) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{62}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ApproveShardPlanResponse) GetPlan() *ShardPlan {
@@ -4922,7 +5029,7 @@ type ShardWeight struct {
 
 func (x *ShardWeight) Reset() {
 	*x = ShardWeight{}
-	mi := &file_lock_v1_lock_proto_msgTypes[63]
+	mi := &file_lock_v1_lock_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4934,7 +5041,7 @@ func (x *ShardWeight) String() string {
 func (*ShardWeight) ProtoMessage() {}
 
 func (x *ShardWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[63]
+	mi := &file_lock_v1_lock_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4947,7 +5054,7 @@ func (x *ShardWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardWeight.ProtoReflect.Descriptor instead.
 func (*ShardWeight) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{63}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ShardWeight) GetName() string {
@@ -4975,7 +5082,7 @@ type ShardPin struct {
 
 func (x *ShardPin) Reset() {
 	*x = ShardPin{}
-	mi := &file_lock_v1_lock_proto_msgTypes[64]
+	mi := &file_lock_v1_lock_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5094,7 @@ func (x *ShardPin) String() string {
 func (*ShardPin) ProtoMessage() {}
 
 func (x *ShardPin) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[64]
+	mi := &file_lock_v1_lock_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5107,7 @@ func (x *ShardPin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPin.ProtoReflect.Descriptor instead.
 func (*ShardPin) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{64}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ShardPin) GetPrefix() string {
@@ -5027,7 +5134,7 @@ type ApproveShardPlanRequest struct {
 
 func (x *ApproveShardPlanRequest) Reset() {
 	*x = ApproveShardPlanRequest{}
-	mi := &file_lock_v1_lock_proto_msgTypes[65]
+	mi := &file_lock_v1_lock_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5146,7 @@ func (x *ApproveShardPlanRequest) String() string {
 func (*ApproveShardPlanRequest) ProtoMessage() {}
 
 func (x *ApproveShardPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[65]
+	mi := &file_lock_v1_lock_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5159,7 @@ func (x *ApproveShardPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveShardPlanRequest.ProtoReflect.Descriptor instead.
 func (*ApproveShardPlanRequest) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{65}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ApproveShardPlanRequest) GetId() string {
@@ -5096,7 +5203,7 @@ type ShardPlan struct {
 
 func (x *ShardPlan) Reset() {
 	*x = ShardPlan{}
-	mi := &file_lock_v1_lock_proto_msgTypes[66]
+	mi := &file_lock_v1_lock_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5108,7 +5215,7 @@ func (x *ShardPlan) String() string {
 func (*ShardPlan) ProtoMessage() {}
 
 func (x *ShardPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[66]
+	mi := &file_lock_v1_lock_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5121,7 +5228,7 @@ func (x *ShardPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPlan.ProtoReflect.Descriptor instead.
 func (*ShardPlan) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{66}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ShardPlan) GetId() string {
@@ -5236,7 +5343,7 @@ type RangeMove struct {
 
 func (x *RangeMove) Reset() {
 	*x = RangeMove{}
-	mi := &file_lock_v1_lock_proto_msgTypes[67]
+	mi := &file_lock_v1_lock_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5355,7 @@ func (x *RangeMove) String() string {
 func (*RangeMove) ProtoMessage() {}
 
 func (x *RangeMove) ProtoReflect() protoreflect.Message {
-	mi := &file_lock_v1_lock_proto_msgTypes[67]
+	mi := &file_lock_v1_lock_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5368,7 @@ func (x *RangeMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeMove.ProtoReflect.Descriptor instead.
 func (*RangeMove) Descriptor() ([]byte, []int) {
-	return file_lock_v1_lock_proto_rawDescGZIP(), []int{67}
+	return file_lock_v1_lock_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RangeMove) GetRange() string {
@@ -5378,7 +5485,7 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"A\n" +
 	"\x15DescribeClassResponse\x12(\n" +
-	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\xab\x03\n" +
+	"\x05class\x18\x01 \x01(\v2\x12.lock.v1.LockClassR\x05class\"\x94\x04\n" +
 	"\tLockClass\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -5394,7 +5501,17 @@ const file_lock_v1_lock_proto_rawDesc = "" +
 	" \x01(\tR\triskOwner\x12A\n" +
 	"\x0ewaiver_expires\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rwaiverExpires\x12\x12\n" +
 	"\x04keys\x18\f \x03(\tR\x04keys\x12\x1b\n" +
-	"\tnested_in\x18\r \x03(\tR\bnestedIn\"2\n" +
+	"\tnested_in\x18\r \x03(\tR\bnestedIn\x121\n" +
+	"\x14declared_enforcement\x18\x0e \x01(\tR\x13declaredEnforcement\x124\n" +
+	"\vfence_proof\x18\x0f \x01(\v2\x13.lock.v1.FenceProofR\n" +
+	"fenceProof\"\xa0\x01\n" +
+	"\n" +
+	"FenceProof\x12\x16\n" +
+	"\x06proven\x18\x01 \x01(\bR\x06proven\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\"2\n" +
 	"\x12ListClassesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"C\n" +
 	"\x13ListClassesResponse\x12,\n" +
@@ -5771,7 +5888,7 @@ func file_lock_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_lock_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_lock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_lock_v1_lock_proto_goTypes = []any{
 	(ErrorReason)(0),                    // 0: lock.v1.ErrorReason
 	(TokenState)(0),                     // 1: lock.v1.TokenState
@@ -5795,182 +5912,185 @@ var file_lock_v1_lock_proto_goTypes = []any{
 	(*DescribeClassRequest)(nil),        // 19: lock.v1.DescribeClassRequest
 	(*DescribeClassResponse)(nil),       // 20: lock.v1.DescribeClassResponse
 	(*LockClass)(nil),                   // 21: lock.v1.LockClass
-	(*ListClassesRequest)(nil),          // 22: lock.v1.ListClassesRequest
-	(*ListClassesResponse)(nil),         // 23: lock.v1.ListClassesResponse
-	(*AcquireRequest)(nil),              // 24: lock.v1.AcquireRequest
-	(*AcquireResponse)(nil),             // 25: lock.v1.AcquireResponse
-	(*ReleaseRequest)(nil),              // 26: lock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),             // 27: lock.v1.ReleaseResponse
-	(*InspectRequest)(nil),              // 28: lock.v1.InspectRequest
-	(*Hold)(nil),                        // 29: lock.v1.Hold
-	(*Waiter)(nil),                      // 30: lock.v1.Waiter
-	(*InspectResponse)(nil),             // 31: lock.v1.InspectResponse
-	(*ListHoldsRequest)(nil),            // 32: lock.v1.ListHoldsRequest
-	(*ListHoldsResponse)(nil),           // 33: lock.v1.ListHoldsResponse
-	(*ListSessionsRequest)(nil),         // 34: lock.v1.ListSessionsRequest
-	(*Session)(nil),                     // 35: lock.v1.Session
-	(*ListSessionsResponse)(nil),        // 36: lock.v1.ListSessionsResponse
-	(*EpochStatusRequest)(nil),          // 37: lock.v1.EpochStatusRequest
-	(*EpochStatusResponse)(nil),         // 38: lock.v1.EpochStatusResponse
-	(*ListClustersRequest)(nil),         // 39: lock.v1.ListClustersRequest
-	(*Cluster)(nil),                     // 40: lock.v1.Cluster
-	(*ListClustersResponse)(nil),        // 41: lock.v1.ListClustersResponse
-	(*AdvanceEpochRequest)(nil),         // 42: lock.v1.AdvanceEpochRequest
-	(*AdvanceEpochResponse)(nil),        // 43: lock.v1.AdvanceEpochResponse
-	(*RequestEpochAdvanceRequest)(nil),  // 44: lock.v1.RequestEpochAdvanceRequest
-	(*RequestEpochAdvanceResponse)(nil), // 45: lock.v1.RequestEpochAdvanceResponse
-	(*ApproveEpochAdvanceRequest)(nil),  // 46: lock.v1.ApproveEpochAdvanceRequest
-	(*ApproveEpochAdvanceResponse)(nil), // 47: lock.v1.ApproveEpochAdvanceResponse
-	(*ClassStatsRequest)(nil),           // 48: lock.v1.ClassStatsRequest
-	(*ClassStatsResponse)(nil),          // 49: lock.v1.ClassStatsResponse
-	(*ClassStat)(nil),                   // 50: lock.v1.ClassStat
-	(*ValidateTokenRequest)(nil),        // 51: lock.v1.ValidateTokenRequest
-	(*ValidateTokenResponse)(nil),       // 52: lock.v1.ValidateTokenResponse
-	(*HistoryRequest)(nil),              // 53: lock.v1.HistoryRequest
-	(*HistoryResponse)(nil),             // 54: lock.v1.HistoryResponse
-	(*HistoryEvent)(nil),                // 55: lock.v1.HistoryEvent
-	(*HistoryStatsRequest)(nil),         // 56: lock.v1.HistoryStatsRequest
-	(*HistoryStatsResponse)(nil),        // 57: lock.v1.HistoryStatsResponse
-	(*ClassHistory)(nil),                // 58: lock.v1.ClassHistory
-	(*ShardStatusRequest)(nil),          // 59: lock.v1.ShardStatusRequest
-	(*ShardStatusResponse)(nil),         // 60: lock.v1.ShardStatusResponse
-	(*ShardLoad)(nil),                   // 61: lock.v1.ShardLoad
-	(*ProposeShardPlanRequest)(nil),     // 62: lock.v1.ProposeShardPlanRequest
-	(*ProposeShardPlanResponse)(nil),    // 63: lock.v1.ProposeShardPlanResponse
-	(*ApproveShardPlanResponse)(nil),    // 64: lock.v1.ApproveShardPlanResponse
-	(*ShardWeight)(nil),                 // 65: lock.v1.ShardWeight
-	(*ShardPin)(nil),                    // 66: lock.v1.ShardPin
-	(*ApproveShardPlanRequest)(nil),     // 67: lock.v1.ApproveShardPlanRequest
-	(*ShardPlan)(nil),                   // 68: lock.v1.ShardPlan
-	(*RangeMove)(nil),                   // 69: lock.v1.RangeMove
-	nil,                                 // 70: lock.v1.AcquireRequest.ClusterLeasesEntry
-	nil,                                 // 71: lock.v1.AcquireRequest.RetiredLeasesEntry
-	(*timestamppb.Timestamp)(nil),       // 72: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 73: google.protobuf.Duration
+	(*FenceProof)(nil),                  // 22: lock.v1.FenceProof
+	(*ListClassesRequest)(nil),          // 23: lock.v1.ListClassesRequest
+	(*ListClassesResponse)(nil),         // 24: lock.v1.ListClassesResponse
+	(*AcquireRequest)(nil),              // 25: lock.v1.AcquireRequest
+	(*AcquireResponse)(nil),             // 26: lock.v1.AcquireResponse
+	(*ReleaseRequest)(nil),              // 27: lock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),             // 28: lock.v1.ReleaseResponse
+	(*InspectRequest)(nil),              // 29: lock.v1.InspectRequest
+	(*Hold)(nil),                        // 30: lock.v1.Hold
+	(*Waiter)(nil),                      // 31: lock.v1.Waiter
+	(*InspectResponse)(nil),             // 32: lock.v1.InspectResponse
+	(*ListHoldsRequest)(nil),            // 33: lock.v1.ListHoldsRequest
+	(*ListHoldsResponse)(nil),           // 34: lock.v1.ListHoldsResponse
+	(*ListSessionsRequest)(nil),         // 35: lock.v1.ListSessionsRequest
+	(*Session)(nil),                     // 36: lock.v1.Session
+	(*ListSessionsResponse)(nil),        // 37: lock.v1.ListSessionsResponse
+	(*EpochStatusRequest)(nil),          // 38: lock.v1.EpochStatusRequest
+	(*EpochStatusResponse)(nil),         // 39: lock.v1.EpochStatusResponse
+	(*ListClustersRequest)(nil),         // 40: lock.v1.ListClustersRequest
+	(*Cluster)(nil),                     // 41: lock.v1.Cluster
+	(*ListClustersResponse)(nil),        // 42: lock.v1.ListClustersResponse
+	(*AdvanceEpochRequest)(nil),         // 43: lock.v1.AdvanceEpochRequest
+	(*AdvanceEpochResponse)(nil),        // 44: lock.v1.AdvanceEpochResponse
+	(*RequestEpochAdvanceRequest)(nil),  // 45: lock.v1.RequestEpochAdvanceRequest
+	(*RequestEpochAdvanceResponse)(nil), // 46: lock.v1.RequestEpochAdvanceResponse
+	(*ApproveEpochAdvanceRequest)(nil),  // 47: lock.v1.ApproveEpochAdvanceRequest
+	(*ApproveEpochAdvanceResponse)(nil), // 48: lock.v1.ApproveEpochAdvanceResponse
+	(*ClassStatsRequest)(nil),           // 49: lock.v1.ClassStatsRequest
+	(*ClassStatsResponse)(nil),          // 50: lock.v1.ClassStatsResponse
+	(*ClassStat)(nil),                   // 51: lock.v1.ClassStat
+	(*ValidateTokenRequest)(nil),        // 52: lock.v1.ValidateTokenRequest
+	(*ValidateTokenResponse)(nil),       // 53: lock.v1.ValidateTokenResponse
+	(*HistoryRequest)(nil),              // 54: lock.v1.HistoryRequest
+	(*HistoryResponse)(nil),             // 55: lock.v1.HistoryResponse
+	(*HistoryEvent)(nil),                // 56: lock.v1.HistoryEvent
+	(*HistoryStatsRequest)(nil),         // 57: lock.v1.HistoryStatsRequest
+	(*HistoryStatsResponse)(nil),        // 58: lock.v1.HistoryStatsResponse
+	(*ClassHistory)(nil),                // 59: lock.v1.ClassHistory
+	(*ShardStatusRequest)(nil),          // 60: lock.v1.ShardStatusRequest
+	(*ShardStatusResponse)(nil),         // 61: lock.v1.ShardStatusResponse
+	(*ShardLoad)(nil),                   // 62: lock.v1.ShardLoad
+	(*ProposeShardPlanRequest)(nil),     // 63: lock.v1.ProposeShardPlanRequest
+	(*ProposeShardPlanResponse)(nil),    // 64: lock.v1.ProposeShardPlanResponse
+	(*ApproveShardPlanResponse)(nil),    // 65: lock.v1.ApproveShardPlanResponse
+	(*ShardWeight)(nil),                 // 66: lock.v1.ShardWeight
+	(*ShardPin)(nil),                    // 67: lock.v1.ShardPin
+	(*ApproveShardPlanRequest)(nil),     // 68: lock.v1.ApproveShardPlanRequest
+	(*ShardPlan)(nil),                   // 69: lock.v1.ShardPlan
+	(*RangeMove)(nil),                   // 70: lock.v1.RangeMove
+	nil,                                 // 71: lock.v1.AcquireRequest.ClusterLeasesEntry
+	nil,                                 // 72: lock.v1.AcquireRequest.RetiredLeasesEntry
+	(*timestamppb.Timestamp)(nil),       // 73: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 74: google.protobuf.Duration
 }
 var file_lock_v1_lock_proto_depIdxs = []int32{
-	72, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
-	72, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
-	72, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
+	73, // 0: lock.v1.ForceRelease.hold_acquired_at:type_name -> google.protobuf.Timestamp
+	73, // 1: lock.v1.ForceRelease.requested_at:type_name -> google.protobuf.Timestamp
+	73, // 2: lock.v1.ForceRelease.expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 3: lock.v1.RequestForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 4: lock.v1.ApproveForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 5: lock.v1.DenyForceReleaseResponse.force_release:type_name -> lock.v1.ForceRelease
 	2,  // 6: lock.v1.ListForceReleasesResponse.force_releases:type_name -> lock.v1.ForceRelease
-	73, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	73, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	73, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	74, // 7: lock.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	74, // 8: lock.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	74, // 9: lock.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 10: lock.v1.KeepAliveResponse.removed:type_name -> lock.v1.RemovedHold
 	21, // 11: lock.v1.DescribeClassResponse.class:type_name -> lock.v1.LockClass
-	73, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
-	72, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
-	21, // 14: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
-	73, // 15: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	70, // 16: lock.v1.AcquireRequest.cluster_leases:type_name -> lock.v1.AcquireRequest.ClusterLeasesEntry
-	71, // 17: lock.v1.AcquireRequest.retired_leases:type_name -> lock.v1.AcquireRequest.RetiredLeasesEntry
-	11, // 18: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
-	72, // 19: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
-	73, // 20: lock.v1.AcquireResponse.cluster_ttl:type_name -> google.protobuf.Duration
-	72, // 21: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
-	73, // 22: lock.v1.Hold.age:type_name -> google.protobuf.Duration
-	11, // 23: lock.v1.Hold.token:type_name -> lock.v1.Token
-	73, // 24: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
-	73, // 25: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
-	29, // 26: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
-	30, // 27: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
-	29, // 28: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
-	73, // 29: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
-	72, // 30: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
-	72, // 31: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
-	73, // 32: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
-	35, // 33: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
-	38, // 34: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
-	40, // 35: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
-	72, // 36: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
-	73, // 37: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
-	50, // 38: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
-	73, // 39: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
-	73, // 40: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
-	1,  // 41: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
-	72, // 42: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
-	72, // 43: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
-	55, // 44: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
-	72, // 45: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
-	11, // 46: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
-	72, // 47: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
-	11, // 48: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
-	72, // 49: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
-	73, // 50: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
-	72, // 51: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
-	72, // 52: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
-	58, // 53: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
-	73, // 54: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
-	61, // 55: lock.v1.ShardStatusResponse.shards:type_name -> lock.v1.ShardLoad
-	68, // 56: lock.v1.ShardStatusResponse.plans:type_name -> lock.v1.ShardPlan
-	65, // 57: lock.v1.ProposeShardPlanRequest.add:type_name -> lock.v1.ShardWeight
-	66, // 58: lock.v1.ProposeShardPlanRequest.pin:type_name -> lock.v1.ShardPin
-	68, // 59: lock.v1.ProposeShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
-	68, // 60: lock.v1.ApproveShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
-	69, // 61: lock.v1.ShardPlan.moves:type_name -> lock.v1.RangeMove
-	69, // 62: lock.v1.ShardPlan.stragglers:type_name -> lock.v1.RangeMove
-	73, // 63: lock.v1.ShardPlan.expected_drain:type_name -> google.protobuf.Duration
-	72, // 64: lock.v1.ShardPlan.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 65: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
-	14, // 66: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
-	17, // 67: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
-	19, // 68: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
-	24, // 69: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
-	26, // 70: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
-	28, // 71: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
-	32, // 72: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
-	53, // 73: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
-	56, // 74: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
-	34, // 75: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
-	22, // 76: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
-	48, // 77: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
-	51, // 78: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
-	37, // 79: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
-	39, // 80: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
-	42, // 81: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
-	44, // 82: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
-	46, // 83: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
-	3,  // 84: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
-	5,  // 85: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
-	7,  // 86: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
-	9,  // 87: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
-	59, // 88: lock.v1.AdminService.ShardStatus:input_type -> lock.v1.ShardStatusRequest
-	62, // 89: lock.v1.AdminService.ProposeShardPlan:input_type -> lock.v1.ProposeShardPlanRequest
-	67, // 90: lock.v1.AdminService.ApproveShardPlan:input_type -> lock.v1.ApproveShardPlanRequest
-	13, // 91: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
-	15, // 92: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
-	18, // 93: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
-	20, // 94: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
-	25, // 95: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
-	27, // 96: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
-	31, // 97: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
-	33, // 98: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
-	54, // 99: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
-	57, // 100: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
-	36, // 101: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
-	23, // 102: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
-	49, // 103: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
-	52, // 104: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
-	38, // 105: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
-	41, // 106: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
-	43, // 107: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
-	45, // 108: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
-	47, // 109: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
-	4,  // 110: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
-	6,  // 111: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
-	8,  // 112: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
-	10, // 113: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
-	60, // 114: lock.v1.AdminService.ShardStatus:output_type -> lock.v1.ShardStatusResponse
-	63, // 115: lock.v1.AdminService.ProposeShardPlan:output_type -> lock.v1.ProposeShardPlanResponse
-	64, // 116: lock.v1.AdminService.ApproveShardPlan:output_type -> lock.v1.ApproveShardPlanResponse
-	91, // [91:117] is the sub-list for method output_type
-	65, // [65:91] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	74, // 12: lock.v1.LockClass.ttl:type_name -> google.protobuf.Duration
+	73, // 13: lock.v1.LockClass.waiver_expires:type_name -> google.protobuf.Timestamp
+	22, // 14: lock.v1.LockClass.fence_proof:type_name -> lock.v1.FenceProof
+	73, // 15: lock.v1.FenceProof.until:type_name -> google.protobuf.Timestamp
+	21, // 16: lock.v1.ListClassesResponse.classes:type_name -> lock.v1.LockClass
+	74, // 17: lock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	71, // 18: lock.v1.AcquireRequest.cluster_leases:type_name -> lock.v1.AcquireRequest.ClusterLeasesEntry
+	72, // 19: lock.v1.AcquireRequest.retired_leases:type_name -> lock.v1.AcquireRequest.RetiredLeasesEntry
+	11, // 20: lock.v1.AcquireResponse.token:type_name -> lock.v1.Token
+	73, // 21: lock.v1.AcquireResponse.acquired_at:type_name -> google.protobuf.Timestamp
+	74, // 22: lock.v1.AcquireResponse.cluster_ttl:type_name -> google.protobuf.Duration
+	73, // 23: lock.v1.Hold.acquired_at:type_name -> google.protobuf.Timestamp
+	74, // 24: lock.v1.Hold.age:type_name -> google.protobuf.Duration
+	11, // 25: lock.v1.Hold.token:type_name -> lock.v1.Token
+	74, // 26: lock.v1.Hold.session_ttl_left:type_name -> google.protobuf.Duration
+	74, // 27: lock.v1.Waiter.waited:type_name -> google.protobuf.Duration
+	30, // 28: lock.v1.InspectResponse.hold:type_name -> lock.v1.Hold
+	31, // 29: lock.v1.InspectResponse.queue:type_name -> lock.v1.Waiter
+	30, // 30: lock.v1.ListHoldsResponse.holds:type_name -> lock.v1.Hold
+	74, // 31: lock.v1.Session.ttl:type_name -> google.protobuf.Duration
+	73, // 32: lock.v1.Session.opened_at:type_name -> google.protobuf.Timestamp
+	73, // 33: lock.v1.Session.last_keepalive:type_name -> google.protobuf.Timestamp
+	74, // 34: lock.v1.Session.remaining:type_name -> google.protobuf.Duration
+	36, // 35: lock.v1.ListSessionsResponse.sessions:type_name -> lock.v1.Session
+	39, // 36: lock.v1.EpochStatusResponse.clusters:type_name -> lock.v1.EpochStatusResponse
+	41, // 37: lock.v1.ListClustersResponse.clusters:type_name -> lock.v1.Cluster
+	73, // 38: lock.v1.RequestEpochAdvanceResponse.expires_at:type_name -> google.protobuf.Timestamp
+	74, // 39: lock.v1.ApproveEpochAdvanceResponse.grants_resume_in:type_name -> google.protobuf.Duration
+	51, // 40: lock.v1.ClassStatsResponse.stats:type_name -> lock.v1.ClassStat
+	74, // 41: lock.v1.ClassStat.grant_latency_p50:type_name -> google.protobuf.Duration
+	74, // 42: lock.v1.ClassStat.grant_latency_p99:type_name -> google.protobuf.Duration
+	1,  // 43: lock.v1.ValidateTokenResponse.state:type_name -> lock.v1.TokenState
+	73, // 44: lock.v1.HistoryRequest.since:type_name -> google.protobuf.Timestamp
+	73, // 45: lock.v1.HistoryRequest.until:type_name -> google.protobuf.Timestamp
+	56, // 46: lock.v1.HistoryResponse.events:type_name -> lock.v1.HistoryEvent
+	73, // 47: lock.v1.HistoryEvent.observed_at:type_name -> google.protobuf.Timestamp
+	11, // 48: lock.v1.HistoryEvent.token:type_name -> lock.v1.Token
+	73, // 49: lock.v1.HistoryEvent.acquired_at:type_name -> google.protobuf.Timestamp
+	11, // 50: lock.v1.HistoryEvent.ended_token:type_name -> lock.v1.Token
+	73, // 51: lock.v1.HistoryEvent.ended_acquired_at:type_name -> google.protobuf.Timestamp
+	74, // 52: lock.v1.HistoryEvent.duration:type_name -> google.protobuf.Duration
+	73, // 53: lock.v1.HistoryStatsRequest.since:type_name -> google.protobuf.Timestamp
+	73, // 54: lock.v1.HistoryStatsRequest.until:type_name -> google.protobuf.Timestamp
+	59, // 55: lock.v1.HistoryStatsResponse.classes:type_name -> lock.v1.ClassHistory
+	74, // 56: lock.v1.ClassHistory.longest_hold:type_name -> google.protobuf.Duration
+	62, // 57: lock.v1.ShardStatusResponse.shards:type_name -> lock.v1.ShardLoad
+	69, // 58: lock.v1.ShardStatusResponse.plans:type_name -> lock.v1.ShardPlan
+	66, // 59: lock.v1.ProposeShardPlanRequest.add:type_name -> lock.v1.ShardWeight
+	67, // 60: lock.v1.ProposeShardPlanRequest.pin:type_name -> lock.v1.ShardPin
+	69, // 61: lock.v1.ProposeShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
+	69, // 62: lock.v1.ApproveShardPlanResponse.plan:type_name -> lock.v1.ShardPlan
+	70, // 63: lock.v1.ShardPlan.moves:type_name -> lock.v1.RangeMove
+	70, // 64: lock.v1.ShardPlan.stragglers:type_name -> lock.v1.RangeMove
+	74, // 65: lock.v1.ShardPlan.expected_drain:type_name -> google.protobuf.Duration
+	73, // 66: lock.v1.ShardPlan.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 67: lock.v1.LockService.OpenSession:input_type -> lock.v1.OpenSessionRequest
+	14, // 68: lock.v1.LockService.KeepAlive:input_type -> lock.v1.KeepAliveRequest
+	17, // 69: lock.v1.LockService.CloseSession:input_type -> lock.v1.CloseSessionRequest
+	19, // 70: lock.v1.LockService.DescribeClass:input_type -> lock.v1.DescribeClassRequest
+	25, // 71: lock.v1.LockService.Acquire:input_type -> lock.v1.AcquireRequest
+	27, // 72: lock.v1.LockService.Release:input_type -> lock.v1.ReleaseRequest
+	29, // 73: lock.v1.LockService.Inspect:input_type -> lock.v1.InspectRequest
+	33, // 74: lock.v1.LockService.ListHolds:input_type -> lock.v1.ListHoldsRequest
+	54, // 75: lock.v1.LockService.History:input_type -> lock.v1.HistoryRequest
+	57, // 76: lock.v1.LockService.HistoryStats:input_type -> lock.v1.HistoryStatsRequest
+	35, // 77: lock.v1.LockService.ListSessions:input_type -> lock.v1.ListSessionsRequest
+	23, // 78: lock.v1.LockService.ListClasses:input_type -> lock.v1.ListClassesRequest
+	49, // 79: lock.v1.LockService.ClassStats:input_type -> lock.v1.ClassStatsRequest
+	52, // 80: lock.v1.LockService.ValidateToken:input_type -> lock.v1.ValidateTokenRequest
+	38, // 81: lock.v1.AdminService.EpochStatus:input_type -> lock.v1.EpochStatusRequest
+	40, // 82: lock.v1.AdminService.ListClusters:input_type -> lock.v1.ListClustersRequest
+	43, // 83: lock.v1.AdminService.AdvanceEpoch:input_type -> lock.v1.AdvanceEpochRequest
+	45, // 84: lock.v1.AdminService.RequestEpochAdvance:input_type -> lock.v1.RequestEpochAdvanceRequest
+	47, // 85: lock.v1.AdminService.ApproveEpochAdvance:input_type -> lock.v1.ApproveEpochAdvanceRequest
+	3,  // 86: lock.v1.AdminService.RequestForceRelease:input_type -> lock.v1.RequestForceReleaseRequest
+	5,  // 87: lock.v1.AdminService.ApproveForceRelease:input_type -> lock.v1.ApproveForceReleaseRequest
+	7,  // 88: lock.v1.AdminService.DenyForceRelease:input_type -> lock.v1.DenyForceReleaseRequest
+	9,  // 89: lock.v1.AdminService.ListForceReleases:input_type -> lock.v1.ListForceReleasesRequest
+	60, // 90: lock.v1.AdminService.ShardStatus:input_type -> lock.v1.ShardStatusRequest
+	63, // 91: lock.v1.AdminService.ProposeShardPlan:input_type -> lock.v1.ProposeShardPlanRequest
+	68, // 92: lock.v1.AdminService.ApproveShardPlan:input_type -> lock.v1.ApproveShardPlanRequest
+	13, // 93: lock.v1.LockService.OpenSession:output_type -> lock.v1.OpenSessionResponse
+	15, // 94: lock.v1.LockService.KeepAlive:output_type -> lock.v1.KeepAliveResponse
+	18, // 95: lock.v1.LockService.CloseSession:output_type -> lock.v1.CloseSessionResponse
+	20, // 96: lock.v1.LockService.DescribeClass:output_type -> lock.v1.DescribeClassResponse
+	26, // 97: lock.v1.LockService.Acquire:output_type -> lock.v1.AcquireResponse
+	28, // 98: lock.v1.LockService.Release:output_type -> lock.v1.ReleaseResponse
+	32, // 99: lock.v1.LockService.Inspect:output_type -> lock.v1.InspectResponse
+	34, // 100: lock.v1.LockService.ListHolds:output_type -> lock.v1.ListHoldsResponse
+	55, // 101: lock.v1.LockService.History:output_type -> lock.v1.HistoryResponse
+	58, // 102: lock.v1.LockService.HistoryStats:output_type -> lock.v1.HistoryStatsResponse
+	37, // 103: lock.v1.LockService.ListSessions:output_type -> lock.v1.ListSessionsResponse
+	24, // 104: lock.v1.LockService.ListClasses:output_type -> lock.v1.ListClassesResponse
+	50, // 105: lock.v1.LockService.ClassStats:output_type -> lock.v1.ClassStatsResponse
+	53, // 106: lock.v1.LockService.ValidateToken:output_type -> lock.v1.ValidateTokenResponse
+	39, // 107: lock.v1.AdminService.EpochStatus:output_type -> lock.v1.EpochStatusResponse
+	42, // 108: lock.v1.AdminService.ListClusters:output_type -> lock.v1.ListClustersResponse
+	44, // 109: lock.v1.AdminService.AdvanceEpoch:output_type -> lock.v1.AdvanceEpochResponse
+	46, // 110: lock.v1.AdminService.RequestEpochAdvance:output_type -> lock.v1.RequestEpochAdvanceResponse
+	48, // 111: lock.v1.AdminService.ApproveEpochAdvance:output_type -> lock.v1.ApproveEpochAdvanceResponse
+	4,  // 112: lock.v1.AdminService.RequestForceRelease:output_type -> lock.v1.RequestForceReleaseResponse
+	6,  // 113: lock.v1.AdminService.ApproveForceRelease:output_type -> lock.v1.ApproveForceReleaseResponse
+	8,  // 114: lock.v1.AdminService.DenyForceRelease:output_type -> lock.v1.DenyForceReleaseResponse
+	10, // 115: lock.v1.AdminService.ListForceReleases:output_type -> lock.v1.ListForceReleasesResponse
+	61, // 116: lock.v1.AdminService.ShardStatus:output_type -> lock.v1.ShardStatusResponse
+	64, // 117: lock.v1.AdminService.ProposeShardPlan:output_type -> lock.v1.ProposeShardPlanResponse
+	65, // 118: lock.v1.AdminService.ApproveShardPlan:output_type -> lock.v1.ApproveShardPlanResponse
+	93, // [93:119] is the sub-list for method output_type
+	67, // [67:93] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_lock_v1_lock_proto_init() }
@@ -5984,7 +6104,7 @@ func file_lock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lock_v1_lock_proto_rawDesc), len(file_lock_v1_lock_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   70,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -64,8 +64,11 @@ func (v *ReportView) Notes() []string {
 		notes = append(notes, fmt.Sprintf("Wrote %s: commit it next to class %s in the class repository. class-lint counts it for a year, "+
 			"while the class says resource: %s and resourceSchemaVersion: %s.", v.ResultFile, ref, v.Resource, schemaVersion(v.ResourceSchemaVersion)))
 	}
-	if v.Class.Enforcement != "fenced" {
+	switch {
+	case v.Class.Enforcement != "fenced":
 		notes = append(notes, fmt.Sprintf("Class %s is %s today: with the result committed it may declare enforcement: fenced.", ref, v.Class.Enforcement))
+	case v.Class.Served != "" && v.Class.Served != "fenced":
+		notes = append(notes, fmt.Sprintf("Class %s declares fenced and lockd serves it as %s today: it serves it as fenced once it sees a current result.", ref, v.Class.Served))
 	}
 	return append(notes, "A PASS shows this resource rejected this stale write under this pause; it does not show that every write path to the resource is fenced.")
 }

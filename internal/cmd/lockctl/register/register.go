@@ -3,6 +3,7 @@ package register
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -40,6 +41,10 @@ func NewCmdRegister(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comman
 			next one. For each, it shows who owns that risk, when the waiver lapses and
 			how many days are left. A waiver lapsing within 30 days shows in yellow; a
 			lapsed one shows in red (the rule class-lint register and lockd apply).
+
+			A class that declares fenced is listed too, as NOT FENCED, while no current
+			pause-test result proves its resource rejects a stale holder's write: lockd
+			serves it as advisory until one does, and a note says why.
 
 			You see the namespaces you have grants in; operators see all of them.
 		`),
@@ -83,6 +88,10 @@ type Entry struct {
 	// Grants24h counts the class's grants in the last 24 hours, from the
 	// audit history; absent when lockd keeps none.
 	Grants24h *int64 `json:"grants_24h,omitempty"`
+	// Unproven, for a class that declares fenced and is served as advisory
+	// because no current pause test proves it, says why; such a class has
+	// no risk owner or waiver of its own.
+	Unproven string `json:"unproven,omitempty"`
 }
 
 // View is the register.
@@ -106,8 +115,13 @@ func NewView(now time.Time, r *lockv1.ListClassesResponse, hist *lockv1.HistoryS
 			continue
 		}
 		exp := cmdutil.Time(c.GetWaiverExpires())
-		v.Advisory = append(v.Advisory, Entry{Namespace: c.GetNamespace(), Class: c.GetName(), Purpose: c.GetPurpose(),
-			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: riskregister.DaysLeft(exp, now)})
+		e := Entry{Namespace: c.GetNamespace(), Class: c.GetName(), Purpose: c.GetPurpose(),
+			RiskOwner: c.GetRiskOwner(), WaiverExpires: exp, DaysLeft: riskregister.DaysLeft(exp, now)}
+		if c.GetDeclaredEnforcement() == "fenced" {
+			e.WaiverExpires, e.DaysLeft = time.Time{}, 0
+			e.Unproven = c.GetFenceProof().GetMessage()
+		}
+		v.Advisory = append(v.Advisory, e)
 		if hist != nil {
 			n := grants[c.GetNamespace()+"/"+c.GetName()]
 			v.Advisory[len(v.Advisory)-1].Grants24h = &n
@@ -118,16 +132,28 @@ func NewView(now time.Time, r *lockv1.ListClassesResponse, hist *lockv1.HistoryS
 
 // Notes implements printer.Noter.
 func (v *View) Notes() []string {
-	if v.noHistory && len(v.Advisory) > 0 {
-		return []string{"GRANTS 24H comes from the audit history, which this lockd does not keep (--audit)"}
+	var n []string
+	for _, e := range v.Advisory {
+		if e.Unproven != "" {
+			n = append(n, fmt.Sprintf("%s/%s declares fenced and is served as advisory: %s", e.Namespace, e.Class, e.Unproven))
+		}
 	}
-	return nil
+	if v.noHistory && len(v.Advisory) > 0 {
+		n = append(n, "GRANTS 24H comes from the audit history, which this lockd does not keep (--audit)")
+	}
+	return n
 }
 
 // WriteTable implements printer.Tabular.
 func (v *View) WriteTable(t *printer.Table) {
 	t.Header("NAMESPACE", "CLASS", "PURPOSE", "RISK OWNER", "WAIVER EXPIRES", "DAYS LEFT", "GRANTS 24H")
 	for _, e := range v.Advisory {
+		if e.Unproven != "" {
+			t.RowCells(printer.Cell{Text: e.Namespace}, printer.Cell{Text: e.Class}, printer.Cell{Text: e.Purpose},
+				printer.Cell{Text: "-"}, printer.Cell{Text: "NOT FENCED", Style: printer.Red}, printer.Cell{Text: "-", Style: printer.Red},
+				printer.Cell{Text: grants24h(e.Grants24h)})
+			continue
+		}
 		left := printer.Cell{Text: strconv.Itoa(e.DaysLeft)}
 		switch riskregister.WaiverStatus(e.WaiverExpires, v.now) {
 		case riskregister.StatusExpired:

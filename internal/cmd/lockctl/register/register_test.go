@@ -64,10 +64,15 @@ func TestRegisterFromLockd(t *testing.T) {
 		return &v
 	}
 	op := run(lockdtest.Operator)
-	require.Len(t, op.Advisory, 1)
-	one := int64(1)
+	require.Len(t, op.Advisory, 2)
+	one, none := int64(1), int64(0)
 	require.Equal(t, Entry{Namespace: "other", Class: "cache", Purpose: "efficiency", RiskOwner: "other-team",
 		WaiverExpires: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), DaysLeft: op.Advisory[0].DaysLeft, Grants24h: &one}, op.Advisory[0],
 		"the grant counted from the audit history")
+	// other/std declares fenced and names no resource, so no pause test can
+	// prove it: it is served, and registered, as advisory, saying why. The
+	// fenced classes of namespace t have current pause tests and are not.
+	require.Equal(t, Entry{Namespace: "other", Class: "std", Purpose: "correctness", Grants24h: &none,
+		Unproven: "a fenced class must name its spec.resource: the pause test proves that resource rejects stale tokens"}, op.Advisory[1])
 	require.Empty(t, run(lockdtest.Alice).Advisory, "alice has no grant in namespace other")
 }

@@ -71,6 +71,11 @@ type ClassRow struct {
 	// UnprotectedGrants are the grants among Grants made without an etcd
 	// quorum (token 0).
 	UnprotectedGrants uint64 `json:"unprotected_grants,omitempty"`
+	// Enforcement is what lockd serves the class as: fenced only while a
+	// current pause test proves it. Unproven says why a class that declares
+	// fenced is served as advisory (empty otherwise).
+	Enforcement string `json:"enforcement,omitempty"`
+	Unproven    string `json:"unproven,omitempty"`
 	// From the audit history, the last hour (nil when lockd keeps none):
 	// holds that ended by expiry, and the longest hold that ended.
 	ExpiriesLastHour            *int64   `json:"expiries_last_hour,omitempty"`
@@ -184,6 +189,12 @@ func Build(now time.Time, d Data, filter, by string, hotN int) *Snapshot {
 		ref := c.GetNamespace() + "/" + c.GetName()
 		if rows[ref] == nil && (filter == "" || strings.Contains(ref, filter)) {
 			rows[ref] = &ClassRow{Namespace: c.GetNamespace(), Class: c.GetName()}
+		}
+		if r := rows[ref]; r != nil {
+			r.Enforcement = c.GetEnforcement()
+			if c.GetDeclaredEnforcement() == "fenced" && c.GetEnforcement() != "fenced" {
+				r.Unproven = c.GetFenceProof().GetMessage()
+			}
 		}
 	}
 	for _, c := range d.History.GetClasses() {
@@ -422,6 +433,17 @@ func (s *Snapshot) unprotected() string {
 		"; lockctl unprotected --since <outage start> lists them"
 }
 
+// unproven says which classes declare fenced and are served as advisory.
+func (s *Snapshot) unproven() []string {
+	var out []string
+	for _, r := range s.Classes {
+		if r.Unproven != "" {
+			out = append(out, fmt.Sprintf("%s/%s declares fenced and is served as advisory: %s", r.Namespace, r.Class, r.Unproven))
+		}
+	}
+	return out
+}
+
 // Notes implements printer.Noter.
 func (s *Snapshot) Notes() []string {
 	var n []string
@@ -436,6 +458,7 @@ func (s *Snapshot) Notes() []string {
 	if u := s.unprotected(); u != "" {
 		n = append(n, u)
 	}
+	n = append(n, s.unproven()...)
 	if s.Truncated {
 		n = append(n, "only the first holds were listed: narrow it with --prefix")
 	}

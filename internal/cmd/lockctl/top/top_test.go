@@ -83,6 +83,30 @@ func TestBuildSaysUnprotectedGrants(t *testing.T) {
 		"12 of search/cache; lockctl unprotected --since <outage start> lists them")
 }
 
+// TestBuildSaysWhichFencedClassesAreNotProven: a class that declares
+// fenced and is served as advisory (no current pause test) is named, with
+// lockd's reason, in a note (the console shows it as a banner).
+func TestBuildSaysWhichFencedClassesAreNotProven(t *testing.T) {
+	d := sample
+	d.Classes = &lockv1.ListClassesResponse{Classes: []*lockv1.LockClass{
+		{Namespace: "payments", Name: "ledger-writes", Enforcement: "advisory", DeclaredEnforcement: "fenced",
+			FenceProof: &lockv1.FenceProof{Reason: "PauseTestExpired", Message: "expired on 2026-11-01: run the test again"}},
+		{Namespace: "search", Name: "cache", Enforcement: "fenced", DeclaredEnforcement: "fenced", FenceProof: &lockv1.FenceProof{Proven: true}},
+	}}
+	s := Build(at, d, "", SortName, 2)
+	for _, r := range s.Classes {
+		switch r.Class {
+		case "ledger-writes":
+			require.Equal(t, "advisory", r.Enforcement)
+			require.Equal(t, "expired on 2026-11-01: run the test again", r.Unproven)
+		case "cache":
+			require.Equal(t, "fenced", r.Enforcement)
+			require.Empty(t, r.Unproven)
+		}
+	}
+	require.Contains(t, s.Notes(), "payments/ledger-writes declares fenced and is served as advisory: expired on 2026-11-01: run the test again")
+}
+
 // TestOnceAgainstLockd: --once prints one snapshot of a real lockd, with a
 // contended key showing its waiter.
 func TestOnceAgainstLockd(t *testing.T) {

@@ -90,6 +90,9 @@ func (m model) banners() []string {
 		if u := m.snap.unprotected(); u != "" {
 			banner(m.st.warn, "UNPROTECTED", u)
 		}
+		for _, u := range m.snap.unproven() {
+			banner(m.st.warn, "NOT FENCED", u)
+		}
 	}
 	if client.Reason(m.err) == "EPOCH_GRACE" || client.Reason(m.actErr) == "EPOCH_GRACE" {
 		banner(m.st.warn, "EPOCH GRACE", "the epoch just advanced: grants resume once every old holder is fenced")
