@@ -23,6 +23,7 @@ const deployDir = "../../deploy"
 // manifests, and what they are instead. Each has its own check.
 var notManifests = map[string]string{
 	"otel-collector.yaml":                    "an OpenTelemetry Collector config, checked by deploy/otelcol-check",
+	"envoy/envoy.yaml":                       "an Envoy bootstrap, generated and checked by deploy/envoy",
 	"prometheus/lockd-alerts.yaml":           "Prometheus alert rules, checked by deploy/prometheus (promtool)",
 	"prometheus/lockd-alerts_test.yaml":      "promtool unit tests of the alert rules",
 	"prometheus/lockd-alerts_long_test.yaml": "promtool unit tests of the alert rules (day-long cases)",

@@ -7,6 +7,11 @@
 // issued by the configured CA and carrying a SPIFFE ID; it does not check
 // the trust domain or decide what the caller may do. Authorisation is the
 // caller's job.
+//
+// Behind Envoy the TLS peer is Envoy, not the caller. An Extractor given
+// the edge's SPIFFE IDs (Extractor.Edges) then takes the caller from the
+// x-forwarded-client-cert header Envoy sets, and only from a peer that is
+// one of those edges; see Extractor.Identity.
 package identity
 
 import (
@@ -18,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -43,6 +49,12 @@ var (
 // in insecure mode takes the caller's SPIFFE ID. The value is asserted by
 // the client and not verified in any way.
 const InsecureIdentityHeader = "x-lockd-insecure-identity"
+
+// XFCCHeader is the header in which Envoy forwards the certificate details
+// of the client whose mutual TLS it terminated (forward_client_cert_details
+// SANITIZE_SET with set_current_client_cert_details uri: true). An
+// Extractor reads it only on requests from one of its Edges.
+const XFCCHeader = "x-forwarded-client-cert"
 
 // ServerTLS returns a server TLS configuration that requires TLS 1.3 and a
 // client certificate verifying against the CA certificates in clientCAFile
@@ -150,17 +162,44 @@ type Extractor struct {
 	// sent by the client instead of a certificate. Any local process can
 	// then claim any identity: it must only be enabled for tests, with a
 	// listener checked by CheckLoopback. Identity additionally refuses
-	// requests whose peer address is not a loopback IP.
+	// requests whose peer address is not a loopback IP. Edges do not apply
+	// in this mode (lockd refuses the combination).
 	Insecure bool
+
+	// Edges are the SPIFFE IDs of the proxies (Envoy) that terminate the
+	// callers' mutual TLS in front of lockd. A request whose verified mTLS
+	// peer is one of them is made for the caller named in its XFCCHeader,
+	// and never for the edge itself: without one valid forwarded SPIFFE ID
+	// it is refused. From every other peer the header is ignored. Empty:
+	// no peer is an edge, and the caller is always the mTLS peer.
+	Edges []spiffeid.ID
 }
 
-// Identity returns the caller's SPIFFE ID. With Insecure unset it is
-// FromContext; with Insecure set it parses the single InsecureIdentityHeader
-// value and requires a loopback TCP peer. Errors wrap ErrUnauthenticated.
+// Identity returns the caller's SPIFFE ID. Errors wrap ErrUnauthenticated.
+//
+// With Insecure set it parses the single InsecureIdentityHeader value and
+// requires a loopback TCP peer. Otherwise it is the mTLS peer's SPIFFE ID
+// (FromContext), unless that peer is one of Edges. A request from an edge
+// must carry exactly one XFCCHeader value holding exactly one element (the
+// one Envoy sets for this hop; SANITIZE_SET replaces whatever the client
+// sent) with exactly one URI field, a SPIFFE ID that is not itself an
+// edge's: that ID is the caller. Anything else from an edge (no header,
+// several headers or elements, no URI or several, a URI that is not a
+// SPIFFE ID, malformed quoting) is refused; it never falls back to the
+// edge's own ID. The header's By, Hash and other fields are not used.
 func (e Extractor) Identity(ctx context.Context) (spiffeid.ID, error) {
-	if !e.Insecure {
-		return FromContext(ctx)
+	if e.Insecure {
+		return assertedIdentity(ctx)
 	}
+	id, err := FromContext(ctx)
+	if err != nil || !slices.Contains(e.Edges, id) {
+		return id, err
+	}
+	return e.forwarded(ctx)
+}
+
+// assertedIdentity is Identity in Insecure mode.
+func assertedIdentity(ctx context.Context) (spiffeid.ID, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return spiffeid.ID{}, fmt.Errorf("%w: no peer address in context", ErrUnauthenticated)
@@ -181,6 +220,121 @@ func (e Extractor) Identity(ctx context.Context) (spiffeid.ID, error) {
 		return spiffeid.ID{}, fmt.Errorf("%w: bad %s header: %w", ErrUnauthenticated, InsecureIdentityHeader, err)
 	}
 	return id, nil
+}
+
+// forwarded is the caller an edge forwarded in the XFCCHeader. The
+// refusals name what is wrong, never the header's value.
+func (e Extractor) forwarded(ctx context.Context) (spiffeid.ID, error) {
+	refuse := func(format string, args ...any) (spiffeid.ID, error) {
+		return spiffeid.ID{}, fmt.Errorf("%w: request from the edge: "+format, append([]any{ErrUnauthenticated}, args...)...)
+	}
+	vals := metadata.ValueFromIncomingContext(ctx, XFCCHeader)
+	switch len(vals) {
+	case 0:
+		return refuse("no %s header (the edge's own identity is never a caller)", XFCCHeader)
+	case 1:
+	default:
+		return refuse("%d %s headers, want exactly 1", len(vals), XFCCHeader)
+	}
+	elems, err := parseXFCC(vals[0])
+	if err != nil {
+		return refuse("malformed %s header: %w", XFCCHeader, err)
+	}
+	if len(elems) != 1 {
+		return refuse("%s header has %d elements, want exactly 1 (the edge must replace it: SANITIZE_SET)", XFCCHeader, len(elems))
+	}
+	var uris []string
+	for _, f := range elems[0] {
+		if strings.EqualFold(f.key, "URI") {
+			uris = append(uris, f.value)
+		}
+	}
+	if len(uris) != 1 {
+		return refuse("%s element has %d URI fields, want exactly 1", XFCCHeader, len(uris))
+	}
+	id, err := spiffeid.FromString(uris[0])
+	if err != nil {
+		return refuse("%s URI is not a SPIFFE ID: %w", XFCCHeader, err)
+	}
+	if slices.Contains(e.Edges, id) {
+		return refuse("%s URI names an edge, which is never a caller", XFCCHeader)
+	}
+	return id, nil
+}
+
+// xfccField is one key=value pair of an XFCC element.
+type xfccField struct{ key, value string }
+
+// errXFCCSyntax reports an x-forwarded-client-cert value that does not
+// follow Envoy's format.
+var errXFCCSyntax = errors.New("not in Envoy's XFCC format")
+
+// parseXFCC splits an x-forwarded-client-cert value into its elements, in
+// Envoy's documented format: elements are separated by ',', each is a list
+// of key=value fields separated by ';'. A value holding ',', ';' or '='
+// must be double-quoted; inside quotes '"' and '\' are escaped with a
+// backslash. Keys are returned as written (they compare without case),
+// values unquoted. Empty keys, empty elements, an unquoted value holding
+// '=' or '"', an unterminated quote or a stray character after one are
+// errors wrapping errXFCCSyntax.
+func parseXFCC(s string) ([][]xfccField, error) {
+	var elems [][]xfccField
+	var cur []xfccField
+	for i := 0; ; {
+		n := strings.IndexAny(s[i:], "=;,\"")
+		if n < 0 || s[i+n] != '=' {
+			return nil, fmt.Errorf("%w: a field without key=value", errXFCCSyntax)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: a field with an empty key", errXFCCSyntax)
+		}
+		key := s[i : i+n]
+		i += n + 1
+		var value string
+		if i < len(s) && s[i] == '"' {
+			var b strings.Builder
+			closed := false
+			for i++; i < len(s) && !closed; i++ {
+				switch c := s[i]; c {
+				case '"':
+					closed = true
+				case '\\':
+					if i+1 == len(s) || (s[i+1] != '"' && s[i+1] != '\\') {
+						return nil, fmt.Errorf("%w: a bad escape in a quoted value", errXFCCSyntax)
+					}
+					i++
+					b.WriteByte(s[i])
+				default:
+					b.WriteByte(c)
+				}
+			}
+			if !closed {
+				return nil, fmt.Errorf("%w: an unterminated quoted value", errXFCCSyntax)
+			}
+			value = b.String()
+		} else {
+			n := strings.IndexAny(s[i:], ";,=\"")
+			if n < 0 {
+				n = len(s) - i
+			} else if c := s[i+n]; c == '=' || c == '"' {
+				return nil, fmt.Errorf("%w: an unquoted value holding %q", errXFCCSyntax, c)
+			}
+			value = s[i : i+n]
+			i += n
+		}
+		cur = append(cur, xfccField{key: key, value: value})
+		if i == len(s) {
+			return append(elems, cur), nil
+		}
+		switch s[i] {
+		case ';':
+		case ',':
+			elems, cur = append(elems, cur), nil
+		default:
+			return nil, fmt.Errorf("%w: %q after a quoted value", errXFCCSyntax, s[i])
+		}
+		i++
+	}
 }
 
 func isLoopbackAddr(a net.Addr) bool {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -358,3 +359,186 @@ func TestCaller(t *testing.T) {
 	_, err = Extractor{Insecure: true}.Caller(context.Background())
 	require.ErrorIs(t, err, ErrUnauthenticated)
 }
+
+// The identities of the XFCC tests: Envoy (the edge, and a second edge),
+// a workload calling lockd directly and the workload Envoy forwards.
+const (
+	edgeID       = "spiffe://lockd.local/ns/lockd/sa/envoy"
+	otherEdgeID  = "spiffe://lockd.local/ns/lockd/sa/envoy-canary"
+	directID     = "spiffe://lockd.local/payments/direct"
+	forwardedID  = "spiffe://lockd.local/payments/worker"
+	envoyXFCCFmt = "By=" + edgeID + ";Hash=468ed33be74eee6556d90c0149c1309e9ba61d6425303443c0748a02dd8de688;URI=%s"
+)
+
+// svids issues an X.509 SVID for each id from one dev CA and returns the
+// parsed leaves, by id.
+func svids(t *testing.T, ids ...string) map[string]*x509.Certificate {
+	t.Helper()
+	pki := t.TempDir()
+	_, err := devpki.Ensure(pki, []string{"localhost"}, devID, time.Now())
+	require.NoError(t, err)
+	out := make(map[string]*x509.Certificate, len(ids))
+	for _, id := range ids {
+		certPath, _, err := devpki.IssueSVID(pki, id, t.TempDir(), time.Now())
+		require.NoError(t, err)
+		out[id] = parseCert(t, certPath)
+	}
+	return out
+}
+
+func TestXFCCIsTrustedOnlyFromTheEdge(t *testing.T) {
+	certs := svids(t, edgeID, otherEdgeID, directID)
+	edges := []spiffeid.ID{spiffeid.RequireFromString(edgeID), spiffeid.RequireFromString(otherEdgeID)}
+	behindEnvoy := Extractor{Edges: edges}
+
+	// from is a request over mTLS from the peer with SVID id, carrying md.
+	from := func(id string, md metadata.MD) context.Context {
+		var info credentials.TLSInfo
+		info.State.VerifiedChains = [][]*x509.Certificate{{certs[id]}}
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 40000}, AuthInfo: info})
+		if md != nil {
+			ctx = metadata.NewIncomingContext(ctx, md)
+		}
+		return ctx
+	}
+	xfcc := func(vals ...string) metadata.MD { return metadata.MD{XFCCHeader: vals} }
+	envoySet := func(uri string) metadata.MD { return xfcc(fmt.Sprintf(envoyXFCCFmt, uri)) }
+
+	tests := []struct {
+		name     string
+		ext      *Extractor // nil: behindEnvoy
+		ctx      context.Context
+		wantID   string
+		wantText string // the refusal's reason
+	}{
+		// Any other peer is the caller, whatever it sends.
+		{name: "direct peer without XFCC", ctx: from(directID, nil), wantID: directID},
+		{name: "direct peer spoofing XFCC is itself", ctx: from(directID, envoySet(forwardedID)), wantID: directID},
+		{name: "direct peer with a malformed XFCC is itself", ctx: from(directID, xfcc(`URI="unterminated`)), wantID: directID},
+		{name: "direct peer with two XFCC headers is itself", ctx: from(directID, xfcc("URI="+forwardedID, "URI="+edgeID)), wantID: directID},
+		{name: "Envoy is not an edge unless configured", ext: &Extractor{}, ctx: from(edgeID, envoySet(forwardedID)), wantID: edgeID},
+
+		// The edge: the one element Envoy set, with one SPIFFE URI.
+		{name: "edge as Envoy sets it: By and Hash before URI", ctx: from(edgeID, envoySet(forwardedID)), wantID: forwardedID},
+		{name: "edge with URI only", ctx: from(edgeID, xfcc("URI="+forwardedID)), wantID: forwardedID},
+		{name: "edge with URI first", ctx: from(edgeID, xfcc("URI="+forwardedID+";By="+edgeID+";Hash=abc")), wantID: forwardedID},
+		{name: "second edge", ctx: from(otherEdgeID, envoySet(forwardedID)), wantID: forwardedID},
+		{name: "field keys without case", ctx: from(edgeID, xfcc("by="+edgeID+";hash=abc;uri="+forwardedID)), wantID: forwardedID},
+		{name: "quoted URI", ctx: from(edgeID, xfcc(`By=`+edgeID+`;URI="`+forwardedID+`"`)), wantID: forwardedID},
+		{name: "quoted subject holding separators and an escaped quote", ctx: from(edgeID,
+			xfcc(`Hash=abc;Subject="CN=Test \"Client\",OU=a;b,O=c=d";URI=`+forwardedID+`;DNS=worker.payments`)), wantID: forwardedID},
+		{name: "header key in mixed case", ctx: from(edgeID, metadata.MD{"X-Forwarded-Client-Cert": {"URI=" + forwardedID}}), wantID: forwardedID},
+
+		// Anything else from the edge is refused, never the edge itself.
+		{name: "edge without XFCC", ctx: from(edgeID, nil), wantText: "no x-forwarded-client-cert header"},
+		{name: "edge with other headers only", ctx: from(edgeID, metadata.Pairs("x-lock-key", "payments/a")), wantText: "no x-forwarded-client-cert header"},
+		{name: "edge with two XFCC headers", ctx: from(edgeID, xfcc("URI="+forwardedID, "URI="+forwardedID)), wantText: "2 x-forwarded-client-cert headers"},
+		{name: "edge with two elements (appended, not set)", ctx: from(edgeID,
+			xfcc("By=spiffe://evil.test/proxy;URI=spiffe://lockd.local/ops/oncall,"+fmt.Sprintf(envoyXFCCFmt, forwardedID))), wantText: "has 2 elements"},
+		{name: "edge with no URI", ctx: from(edgeID, xfcc("By="+edgeID+";Hash=abc")), wantText: "0 URI fields"},
+		{name: "edge with an empty URI (a client cert without URI SAN)", ctx: from(edgeID, envoySet("")), wantText: "not a SPIFFE ID"},
+		{name: "edge with two URIs", ctx: from(edgeID, xfcc("URI="+forwardedID+";URI=spiffe://lockd.local/ops/oncall")), wantText: "2 URI fields"},
+		{name: "edge with a URI that is not SPIFFE", ctx: from(edgeID, envoySet("https://payments.example/worker")), wantText: "not a SPIFFE ID"},
+		{name: "edge with a SPIFFE ID without trust domain", ctx: from(edgeID, envoySet("spiffe:///worker")), wantText: "not a SPIFFE ID"},
+		{name: "edge forwarding its own identity", ctx: from(edgeID, envoySet(edgeID)), wantText: "names an edge"},
+		{name: "edge forwarding another edge", ctx: from(edgeID, envoySet(otherEdgeID)), wantText: "names an edge"},
+		{name: "empty XFCC", ctx: from(edgeID, xfcc("")), wantText: "malformed"},
+		{name: "unterminated quote", ctx: from(edgeID, xfcc(`URI="`+forwardedID)), wantText: "unterminated quoted value"},
+		{name: "text after a closing quote", ctx: from(edgeID, xfcc(`URI="`+forwardedID+`"x`)), wantText: "after a quoted value"},
+		{name: "bad escape", ctx: from(edgeID, xfcc(`Subject="a\b";URI=`+forwardedID)), wantText: "bad escape"},
+		{name: "unquoted value holding '='", ctx: from(edgeID, xfcc("URI="+forwardedID+"?a=b")), wantText: "unquoted value"},
+		{name: "field without '='", ctx: from(edgeID, xfcc("Hash;URI="+forwardedID)), wantText: "without key=value"},
+		{name: "trailing ';'", ctx: from(edgeID, xfcc("URI="+forwardedID+";")), wantText: "without key=value"},
+		{name: "empty element", ctx: from(edgeID, xfcc("URI="+forwardedID+",,")), wantText: "without key=value"},
+		{name: "empty key", ctx: from(edgeID, xfcc("=x;URI="+forwardedID)), wantText: "empty key"},
+		{name: "edge without a verified certificate", ctx: peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{}}),
+			wantText: "no verified client certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ext := behindEnvoy
+			if tc.ext != nil {
+				ext = *tc.ext
+			}
+			id, err := ext.Identity(tc.ctx)
+			if tc.wantID == "" {
+				require.ErrorIs(t, err, ErrUnauthenticated)
+				require.ErrorContains(t, err, tc.wantText)
+				require.Equal(t, spiffeid.ID{}, id, "a refusal carries no identity")
+				require.NotContains(t, err.Error(), "468ed33b", "a refusal never repeats the header's Hash")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.wantID, id.String())
+			c, err := ext.Caller(tc.ctx)
+			require.NoError(t, err)
+			require.Equal(t, Workload(tc.wantID), c)
+		})
+	}
+
+	t.Run("insecure mode ignores the edges and XFCC", func(t *testing.T) {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}})
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(InsecureIdentityHeader, devID, XFCCHeader, "URI="+forwardedID))
+		id, err := Extractor{Insecure: true, Edges: edges}.Identity(ctx)
+		require.NoError(t, err)
+		require.Equal(t, devID, id.String())
+	})
+}
+
+// TestXFCCOverMutualTLS runs the edge rule over real mTLS connections: the
+// edge's SVID with a forwarded identity is the forwarded caller, the same
+// header from another workload's SVID is ignored, and the edge alone is
+// refused.
+func TestXFCCOverMutualTLS(t *testing.T) {
+	now := time.Now()
+	pki := t.TempDir()
+	b, err := devpki.Ensure(pki, []string{"127.0.0.1"}, devID, now)
+	require.NoError(t, err)
+	edgeCert, edgeKey, err := devpki.IssueSVID(pki, edgeID, t.TempDir(), now)
+	require.NoError(t, err)
+
+	serverCfg, err := ServerTLS(b.ServerCert, b.ServerKey, b.CACert)
+	require.NoError(t, err)
+	rec := &recorder{ext: Extractor{Edges: []spiffeid.ID{spiffeid.RequireFromString(edgeID)}}}
+	addr := serve(t, rec, grpc.Creds(credentials.NewTLS(serverCfg)))
+
+	tests := []struct {
+		name      string
+		cert, key string
+		xfcc      string
+		wantID    string
+	}{
+		{name: "edge forwarding a caller", cert: edgeCert, key: edgeKey, xfcc: fmt.Sprintf(envoyXFCCFmt, forwardedID), wantID: forwardedID},
+		{name: "edge alone", cert: edgeCert, key: edgeKey},
+		{name: "workload spoofing XFCC", cert: b.ClientCert, key: b.ClientKey, xfcc: fmt.Sprintf(envoyXFCCFmt, forwardedID), wantID: devID},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clientCfg, err := ClientTLS(b.CACert, tc.cert, tc.key, "")
+			require.NoError(t, err)
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(clientCfg))}
+			if tc.xfcc != "" {
+				opts = append(opts, grpc.WithPerRPCCredentials(headerCreds{XFCCHeader: tc.xfcc}))
+			}
+			err = check(t, addr, opts...)
+			_, id, idErr := rec.last()
+			if tc.wantID == "" {
+				require.Equal(t, codes.Unauthenticated, status.Code(err))
+				require.ErrorIs(t, idErr, ErrUnauthenticated)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, idErr)
+			require.Equal(t, tc.wantID, id.String())
+		})
+	}
+}
+
+// headerCreds sends fixed metadata with every call.
+type headerCreds map[string]string
+
+func (h headerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return h, nil
+}
+
+func (headerCreds) RequireTransportSecurity() bool { return true }

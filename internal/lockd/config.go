@@ -101,6 +101,11 @@ type Config struct {
 	// InsecureLoopback serves plaintext gRPC on a loopback address and
 	// trusts the identity the client asserts in a header. Tests only.
 	InsecureLoopback bool
+	// EdgeIdentities are the SPIFFE IDs of the proxies (Envoy) in front of
+	// lockd: a request whose mTLS peer is one of them is made for the
+	// caller in its x-forwarded-client-cert header, and refused without a
+	// valid one (identity.Extractor.Edges). Not with InsecureLoopback.
+	EdgeIdentities []string
 	// DebugPprof serves net/http/pprof on the metrics listener.
 	DebugPprof bool
 	// OIDC operator sign-in: when OIDCIssuer is set, force-release and
@@ -321,6 +326,7 @@ func (o *Config) Validate() error {
 		}
 	}
 
+	o.validateEdges(add)
 	for _, op := range o.Operators {
 		if _, err := spiffeid.FromString(op); err != nil {
 			add("--operators %q: not a SPIFFE ID: %v", op, err)

@@ -264,7 +264,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}))
 	}
 	d.g = grpc.NewServer(gopts...)
-	d.svc = server.New(d.arb, identity.Extractor{Insecure: cfg.InsecureLoopback}, logger.With("component", "server"))
+	d.svc = server.New(d.arb, extractor(&cfg, logger), logger.With("component", "server"))
 	if opv != nil {
 		d.svc.RequireOperatorTokens(opv)
 	}

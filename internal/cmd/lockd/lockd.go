@@ -212,6 +212,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f.BoolVar(&opts.DebugPprof, "debug-pprof", false, "serve Go profiles at /debug/pprof/ on the metrics listener (for profiling; never expose it)")
 	f.StringVar(&opts.Audit.Mode, "audit", opts.Audit.Mode, "audit history (docs/audit.md): "+strings.Join(auditModes, "|")+"; auto is on with the embedded etcd, off with --etcd-endpoints")
 	addAuditFlags(f, &opts)
+	addEdgeFlags(f, &opts)
 
 	annotateEnv(pf)
 	annotateEnv(f)
