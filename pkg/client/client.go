@@ -66,7 +66,12 @@ type options struct {
 // Option configures a Client.
 type Option func(*options) error
 
-// WithTarget sets lockd's address (host:port).
+// WithTarget sets lockd's address: host:port for one lockd; several
+// lockds as "host1:port,host2:port,…" or "dns:///name:port" (every address
+// the name resolves to). With several, every call about a key goes to the
+// lockd the key hashes to (a ring hash on the key, RouteHeader), so the
+// waiters for a key queue in one lockd's line, in arrival order; when that
+// lockd is down its keys' calls go to the next lockd on the ring.
 func WithTarget(addr string) Option {
 	return func(o *options) error { o.target = addr; return nil }
 }
@@ -140,6 +145,9 @@ type Client struct {
 	now    func() time.Time
 	ka     *keepalives
 	tracer trace.Tracer
+	// routed: calls go to one of several lockds, by the key they name
+	// (route.go).
+	routed bool
 
 	// ctx ends when the client is closed; background work uses it.
 	ctx    context.Context
@@ -184,7 +192,13 @@ func New(opts ...Option) (*Client, error) {
 	if o.opToken != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{raw: o.opToken, secure: o.insecureID == ""}))
 	}
-	conn, err := grpc.NewClient(o.target, dial...)
+	target, routeOpts, routed, err := dialTarget(o.target)
+	if err != nil {
+		return nil, err
+	}
+	dial = append(dial, routeOpts...)
+	dial = append(dial, grpc.WithChainUnaryInterceptor(routeUnary))
+	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", o.target, err)
 	}
@@ -193,6 +207,7 @@ func New(opts ...Option) (*Client, error) {
 		conn: conn, lock: lockv1.NewLockServiceClient(conn), admin: lockv1.NewAdminServiceClient(conn),
 		log: o.log, now: o.now, ctx: ctx, cancel: cancel, tracer: tp.Tracer(tracerName),
 		sessions: map[slot]*session{}, classTTL: map[string]time.Duration{}, nsClasses: map[string][]*lockv1.LockClass{},
+		routed: routed,
 	}
 	c.ka = newKeepalives(c)
 	return c, nil
@@ -242,7 +257,7 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	var ending sync.WaitGroup
 	for _, s := range sessions {
 		s.lose(ErrClosed, false)
-		ending.Go(func() { c.endSession(s.id) })
+		ending.Go(func() { c.endSession(s.id, s.slot.route) })
 	}
 	ended := make(chan struct{})
 	go func() { ending.Wait(); c.bg.Wait(); close(ended) }()
@@ -415,7 +430,14 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 	}
 	retried, noQuorum := false, false
 	for {
-		s, err := c.sessionIn(ctx, slot{ttl: ttl, noQuorum: noQuorum})
+		sl := slot{ttl: ttl, noQuorum: noQuorum}
+		if noQuorum && c.routed {
+			// A session opened without quorum lives in the memory of the
+			// lockd that opened it: open it, and renew it, where the key
+			// is routed, which is where the key is granted.
+			sl.route = key
+		}
+		s, err := c.sessionIn(ctx, sl)
 		if err != nil {
 			return nil, err
 		}

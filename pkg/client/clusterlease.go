@@ -172,7 +172,7 @@ func (s *session) renewLeases(sent time.Time, answerWithin time.Duration) {
 	}
 	s.mu.Unlock()
 	for _, l := range leases {
-		if !s.c.ka.sendLease(s.id, l.cluster, l.id, sent) {
+		if !s.c.ka.sendLease(s.id, s.slot.route, l.cluster, l.id, sent) {
 			s.failLease(l, "send")
 			continue
 		}

@@ -54,6 +54,11 @@ type session struct {
 type slot struct {
 	ttl      time.Duration
 	noQuorum bool
+	// route, for a session opened without quorum by a client routing over
+	// several lockds, is the key it was opened for: such a session lives in
+	// the memory of one lockd, so its calls and keepalives are routed as
+	// that key's are. Empty: any lockd serves it.
+	route string
 }
 
 // sessionIn returns the open session in sl, opening one if needed.
@@ -70,7 +75,7 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 	}
 	c.mu.Unlock()
 	sent := c.now()
-	resp, err := c.lock.OpenSession(ctx, &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
+	resp, err := c.lock.OpenSession(withRoute(ctx, sl.route), &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
 	if err != nil {
 		return nil, decode(err)
 	}
@@ -85,8 +90,8 @@ func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
 		c.mu.Unlock()
 		// Lost a race with another Acquire: keep the first, drop ours.
 		s.fence.Stop()
-		if !c.background(func() { c.endSession(s.id) }) {
-			c.endSession(s.id) // closed meanwhile: Shutdown ends the retries
+		if !c.background(func() { c.endSession(s.id, sl.route) }) {
+			c.endSession(s.id, sl.route) // closed meanwhile: Shutdown ends the retries
 		}
 		if other == nil {
 			return nil, ErrClosed
@@ -108,8 +113,8 @@ const endSessionFor = 2 * time.Minute
 // store is unavailable (the session's lease, and so its holds, would
 // otherwise outlive an outage by a TTL), for up to endSessionFor and until
 // the client is shut down; any answer from lockd ends it.
-func (c *Client) endSession(id int64) {
-	ctx, cancel := context.WithTimeout(c.ctx, endSessionFor)
+func (c *Client) endSession(id int64, route string) {
+	ctx, cancel := context.WithTimeout(withRoute(c.ctx, route), endSessionFor)
 	defer cancel()
 	backoff := 200 * time.Millisecond
 	for {
@@ -163,7 +168,7 @@ func (s *session) checkDeadline() {
 	s.mu.Unlock()
 	s.c.log.Warn("lock session lost: local deadline passed", "session", s.id)
 	s.lose(ErrDeadline, true)
-	s.c.background(func() { s.c.endSession(s.id) })
+	s.c.background(func() { s.c.endSession(s.id, s.slot.route) })
 }
 
 // lose ends the session locally: every lock is lost with err (onFence runs
@@ -206,7 +211,7 @@ func (s *session) end(key string, cause error) {
 	s.c.log.Warn("ending lock session: could not learn whether a hold still exists; it expires with the session",
 		"session", s.id, "key", key, "err", cause)
 	s.lose(ErrSessionEnded, true)
-	s.c.background(func() { s.c.endSession(s.id) })
+	s.c.background(func() { s.c.endSession(s.id, s.slot.route) })
 }
 
 // giveUp is what the client does when the state of a hold of key could
@@ -259,7 +264,7 @@ func (s *session) run() {
 			continue
 		}
 		s.renewLeases(sent, answerWithin)
-		if !s.c.ka.send(s.id, sent) {
+		if !s.c.ka.send(s.id, s.slot.route, sent) {
 			s.fail("send")
 			continue
 		}
@@ -385,6 +390,9 @@ type keepalives struct {
 type kaReq struct {
 	id   int64
 	sent time.Time
+	// route pins the stream the keepalive goes on (slot.route): "" for
+	// sessions any lockd serves.
+	route string
 	// cluster and lease name a cluster lease to renew, with seq.
 	cluster string
 	lease   int64
@@ -425,9 +433,9 @@ func (k *keepalives) lookup(id int64) *session {
 }
 
 // send queues one keepalive; false when it cannot even be queued.
-func (k *keepalives) send(id int64, sent time.Time) bool {
+func (k *keepalives) send(id int64, route string, sent time.Time) bool {
 	select {
-	case k.reqs <- kaReq{id: id, sent: sent}:
+	case k.reqs <- kaReq{id: id, sent: sent, route: route}:
 		return true
 	default:
 		return false
@@ -436,9 +444,9 @@ func (k *keepalives) send(id int64, sent time.Time) bool {
 
 // sendLease queues one renewal of session id's lease on cluster; false
 // when it cannot even be queued.
-func (k *keepalives) sendLease(id int64, cluster string, lease int64, sent time.Time) bool {
+func (k *keepalives) sendLease(id int64, route, cluster string, lease int64, sent time.Time) bool {
 	select {
-	case k.reqs <- kaReq{id: id, sent: sent, cluster: cluster, lease: lease, seq: k.seq.Add(1)}:
+	case k.reqs <- kaReq{id: id, sent: sent, route: route, cluster: cluster, lease: lease, seq: k.seq.Add(1)}:
 		return true
 	default:
 		return false
@@ -478,9 +486,11 @@ func (ks *kaStream) fail() {
 }
 
 func (k *keepalives) run() {
-	var ks *kaStream
+	// streams are the open streams by route: one for the sessions any
+	// lockd serves (""), one per session pinned to the lockd that holds it.
+	streams := map[string]*kaStream{}
 	defer func() {
-		if ks != nil {
+		for _, ks := range streams {
 			ks.fail()
 		}
 	}()
@@ -493,19 +503,22 @@ func (k *keepalives) run() {
 			return
 		case r = <-k.reqs:
 		}
+		ks := streams[r.route]
 		if ks != nil {
 			select {
 			case <-ks.broken:
 				ks = nil
+				delete(streams, r.route)
 			default:
 			}
 		}
 		if ks == nil {
 			var err error
-			if ks, err = k.open(); err != nil {
+			if ks, err = k.open(r.route); err != nil {
 				k.c.log.Debug("keepalive stream: open failed", "err", err)
 				continue // unanswered: the session marks itself degraded
 			}
+			streams[r.route] = ks
 		}
 		ks.mu.Lock()
 		if r.cluster != "" {
@@ -519,14 +532,36 @@ func (k *keepalives) run() {
 		watchdog.Stop()
 		if err != nil {
 			ks.fail()
-			ks = nil
+			delete(streams, r.route)
+		}
+		k.dropIdle(streams)
+	}
+}
+
+// dropIdle closes the pinned streams of sessions that are gone: a pinned
+// stream serves one session, opened without quorum.
+func (k *keepalives) dropIdle(streams map[string]*kaStream) {
+	if len(streams) <= 1 {
+		return
+	}
+	k.mu.Lock()
+	live := map[string]bool{}
+	for _, s := range k.sessions {
+		live[s.slot.route] = true
+	}
+	k.mu.Unlock()
+	for route, ks := range streams {
+		if route != "" && !live[route] {
+			ks.fail()
+			delete(streams, route)
 		}
 	}
 }
 
-// open opens a stream; it gives up after kaOpenTimeout.
-func (k *keepalives) open() (*kaStream, error) {
-	ctx, cancel := context.WithCancel(k.c.ctx)
+// open opens a stream, routed by route (see slot.route); it gives up after
+// kaOpenTimeout.
+func (k *keepalives) open(route string) (*kaStream, error) {
+	ctx, cancel := context.WithCancel(withRoute(k.c.ctx, route))
 	giveUp := time.AfterFunc(kaOpenTimeout, cancel)
 	stream, err := k.c.lock.KeepAlive(ctx)
 	if !giveUp.Stop() && err == nil {

@@ -35,7 +35,9 @@ type Config struct {
 type Context struct {
 	// Name of the context.
 	Name string `json:"name"`
-	// Server is host:port of lockd's gRPC listener.
+	// Server is host:port of lockd's gRPC listener; several lockds as
+	// "host1:port,host2:port,…" or "dns:///name:port", calls then routed
+	// by key (client.WithTarget).
 	Server string `json:"server"`
 	// Region is the region that lockd serves (its --region), so lockctl can
 	// name this context when another lockd refuses a key as homed here.
