@@ -430,14 +430,7 @@ func (c *Client) acquire(ctx context.Context, key, class string, onFence func(*L
 	}
 	retried, noQuorum := false, false
 	for {
-		sl := slot{ttl: ttl, noQuorum: noQuorum}
-		if noQuorum && c.routed {
-			// A session opened without quorum lives in the memory of the
-			// lockd that opened it: open it, and renew it, where the key
-			// is routed, which is where the key is granted.
-			sl.route = key
-		}
-		s, err := c.sessionIn(ctx, sl)
+		s, err := c.sessionIn(ctx, slot{ttl: ttl, noQuorum: noQuorum}, key)
 		if err != nil {
 			return nil, err
 		}

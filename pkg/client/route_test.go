@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/store"
 	"github.com/lockd-dev/lockd/pkg/client"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
@@ -265,5 +266,63 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAnUnprotectedLockIsRenewedByTheLockdThatGrantedIt: without an etcd
+// quorum a lockd grants an open class's keys from its own memory, on a
+// session only it knows. A client routing over several lockds opens that
+// session, and renews it, through the key it was opened for: two keepalive
+// intervals into the outage the lock is still safe, whichever lockd the
+// client's other keepalives go to.
+func TestAnUnprotectedLockIsRenewedByTheLockdThatGrantedIt(t *testing.T) {
+	cluster := lockdtest.StartCluster(t, t.TempDir())
+	var envs []*lockdtest.Env
+	var addrs []string
+	for i := range 3 {
+		b, err := store.ConnectExternal(store.ExternalConfig{Endpoints: cluster.Endpoints()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		env := lockdtest.Start(t, lockdtest.Options{Backend: b, FreshStore: i == 0, Classes: lockdtest.OpenClasses(),
+			OpenAfter: 2 * time.Second, RequestTimeout: time.Second})
+		envs = append(envs, env)
+		addrs = append(addrs, env.Addr)
+	}
+	c, err := client.New(client.WithTarget(strings.Join(addrs, ",")), client.WithInsecureIdentity(lockdtest.Alice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// A protected lock first, so the client's shared keepalive stream is
+	// open on some lockd before the outage.
+	if _, err := c.Acquire(t.Context(), "t/before", "", func(*client.Lock) {}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Stop(1)
+	cluster.Stop(2)
+	for _, env := range envs {
+		lockdtest.WaitFor(t, 30*time.Second, "the open posture", func() bool { return env.Arbiter.Posture() == "open" })
+	}
+	var locks []*client.Lock
+	for _, key := range []string{"t/cache/a", "t/cache/b", "t/cache/c", "t/cache/d"} {
+		l, err := c.Acquire(t.Context(), key, "", func(*client.Lock) {})
+		if err != nil || !l.Unprotected() {
+			t.Fatalf("unprotected lock of %s: %v", key, err)
+		}
+		locks = append(locks, l)
+	}
+	const ttl = 30 * time.Second // class cache
+	time.Sleep(2*ttl/3 + 2*time.Second)
+	for _, l := range locks {
+		if l.Err() != nil || l.State() != client.Safe {
+			t.Fatalf("two keepalive intervals into the outage the unprotected lock of %s is %s (%v); want safe", l.Key(), l.State(), l.Err())
+		}
+	}
+	for _, env := range envs {
+		if got := env.Arbiter.Posture(); got != "open" {
+			t.Fatalf("posture %s: the outage ended early, the test proves nothing", got)
+		}
 	}
 }

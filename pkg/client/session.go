@@ -54,30 +54,46 @@ type session struct {
 type slot struct {
 	ttl      time.Duration
 	noQuorum bool
-	// route, for a session opened without quorum by a client routing over
-	// several lockds, is the key it was opened for: such a session lives in
-	// the memory of one lockd, so its calls and keepalives are routed as
-	// that key's are. Empty: any lockd serves it.
+	// route, for a session lockd opened without an etcd quorum (a negative
+	// ID) for a client routing over several lockds, is the key it was
+	// opened for: such a session lives in the memory of one lockd, so its
+	// calls and keepalives are routed as that key's are. Empty: any lockd
+	// serves it (an etcd lease).
 	route string
 }
 
-// sessionIn returns the open session in sl, opening one if needed.
-func (c *Client) sessionIn(ctx context.Context, sl slot) (*session, error) {
+// sessionIn returns the open session in sl for an Acquire of key, opening
+// one if needed.
+//
+// A client routing over several lockds opens it through key's lockd. A
+// session lockd opens without an etcd quorum (a negative ID) lives in that
+// lockd's memory only: it is kept pinned to key (slot.route), and opened,
+// renewed and closed through it.
+func (c *Client) sessionIn(ctx context.Context, sl slot, key string) (*session, error) {
 	ttl := sl.ttl
+	pinned := sl
+	if c.routed {
+		pinned.route = key
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s := c.sessions[sl]; s != nil {
-		c.mu.Unlock()
-		return s, nil
+	for _, try := range []slot{sl, pinned} {
+		if s := c.sessions[try]; s != nil {
+			c.mu.Unlock()
+			return s, nil
+		}
 	}
 	c.mu.Unlock()
 	sent := c.now()
-	resp, err := c.lock.OpenSession(withRoute(ctx, sl.route), &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
+	resp, err := c.lock.OpenSession(withRoute(ctx, pinned.route), &lockv1.OpenSessionRequest{Ttl: durationpb.New(ttl)})
 	if err != nil {
 		return nil, decode(err)
+	}
+	if resp.GetSessionId() < 0 {
+		sl = pinned // only the lockd that opened it knows it
 	}
 	s := &session{c: c, id: resp.GetSessionId(), ttl: ttl, slot: sl, lastOK: sent, lastAns: sent, lastSent: sent,
 		holds: map[string]*hold{}, removed: map[int64]bool{}, leases: map[string]*clusterLease{}, retired: map[string]int64{}, onLease: map[string]bool{},

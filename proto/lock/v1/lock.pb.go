@@ -951,7 +951,10 @@ func (x *OpenSessionRequest) GetTtl() *durationpb.Duration {
 // OpenSessionResponse names the new session.
 type OpenSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The session ID (the etcd lease ID).
+	// The session ID (the etcd lease ID). A negative ID is a session lockd
+	// opened without an etcd quorum, in its own memory: only that lockd knows
+	// it, so a client of several lockds must send its calls and keepalives to
+	// that one (the Go client routes them by the key it was opened for).
 	SessionId int64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The TTL granted.
 	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
