@@ -7,8 +7,9 @@
 #   - MinIO (latest) built with go install into $LOCKD_TOOLS/bin/minio
 #     (about 6.5 minutes and 1.6 GB peak cold, cached after that; pkg/fence tests find it there)
 #   - kube-apiserver v1.37.2 built from the k8s.io/kubernetes module into
-#     $LOCKD_TOOLS/bin/kube-apiserver (about 10-15 minutes, 2.4 GB peak memory and
-#     3.7 GB of build caches, deleted after; internal/kubetest finds it there)
+#     $LOCKD_TOOLS/bin/kube-apiserver (about 10 minutes on a quiet machine, 22 under
+#     load; 2.4 GB peak memory and 3.4 GB of build caches, deleted after;
+#     internal/kubetest finds it there)
 # gitea, minio and kube build side by side under all.
 # Usage: bash ci/tools.sh [apt|gitea|minio|kube|all]   (default all)
 set -euo pipefail
@@ -80,9 +81,9 @@ kube() {
     echo "kube-apiserver v$version: cached at $bin"
     return
   fi
-  echo "kube-apiserver v$version: building from the module proxy (about 10-15 minutes, once)"
+  echo "kube-apiserver v$version: building from the module proxy (about 10-20 minutes, once)"
   mkdir -p "$LOCKD_TOOLS/bin"
-  # Caches of its own: 3.7 GB that nothing else reads, deleted after the build.
+  # Caches of its own: 3.4 GB that nothing else reads, deleted after the build.
   local work="$LOCKD_TOOLS/kube-build"
   local src="$work/src"
   (
