@@ -38,6 +38,9 @@ type Watcher struct {
 	subs []func(*Set)
 
 	lastRejected string // owned by the run goroutine
+	// confirmed is when the directory was last read and found good (Unix
+	// nanoseconds): the served set was current then.
+	confirmed atomic.Int64
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -77,6 +80,7 @@ func NewWatcher(dir string, now func() time.Time, logger *slog.Logger, onReject 
 		done:     make(chan struct{}),
 	}
 	w.current.Store(set)
+	w.confirmed.Store(time.Now().UnixNano())
 	if err := fsw.Add(dir); err != nil {
 		fsw.Close()
 		return nil, fmt.Errorf("class: watch %s: %w", dir, err)
@@ -86,6 +90,11 @@ func NewWatcher(dir string, now func() time.Time, logger *slog.Logger, onReject 
 	go w.run()
 	return w, nil
 }
+
+// Confirmed is when the directory was last read and found good: the set
+// served was current then. The watcher reads it at every change and at
+// least every 30 seconds.
+func (w *Watcher) Confirmed() time.Time { return time.Unix(0, w.confirmed.Load()) }
 
 // Current returns the last good set. It never returns nil.
 func (w *Watcher) Current() *Set {
@@ -181,6 +190,7 @@ func (w *Watcher) reload() {
 		return
 	}
 	w.lastRejected = ""
+	w.confirmed.Store(time.Now().UnixNano())
 	if reflect.DeepEqual(set, w.current.Load()) {
 		return
 	}

@@ -61,8 +61,22 @@ type Config struct {
 	Listen string
 	// MetricsListen is the HTTP address for /metrics, /healthz and /readyz.
 	MetricsListen string
-	// ClassesDir is the lock class directory, watched for changes.
+	// ClassesDir is the lock class directory, watched for changes (with
+	// ClassesFrom "dir").
 	ClassesDir string
+	// ClassesFrom is where the classes come from: ClassesFromDir (the
+	// default, ClassesDir) or ClassesFromKubernetes (the LockClass,
+	// LockGrant and LockNamespace objects of the API server Kubeconfig
+	// names, or of the cluster lockd runs in; the last good set is cached
+	// in DataDir).
+	ClassesFrom string
+	// Kubeconfig is the kubeconfig file for ClassesFromKubernetes; empty
+	// uses the in-cluster configuration.
+	Kubeconfig string
+	// ClassesSyncTimeout bounds how long lockd waits for the API server at
+	// start before it serves the cached set (kubeclasses.DefaultSyncTimeout
+	// when zero).
+	ClassesSyncTimeout time.Duration
 
 	// EtcdEndpoints selects an external etcd cluster; empty starts the
 	// embedded single-member etcd in DataDir/etcd.
@@ -193,6 +207,7 @@ func DefaultConfig() Config {
 		Listen:                 "127.0.0.1:7420",
 		MetricsListen:          "127.0.0.1:7421",
 		ClassesDir:             "./classes",
+		ClassesFrom:            ClassesFromDir,
 		EtcdClientURL:          "http://127.0.0.1:7422",
 		EtcdPeerURL:            "http://127.0.0.1:7423",
 		RequestTimeout:         5 * time.Second,
@@ -244,8 +259,20 @@ func (o *Config) Validate() error {
 	if strings.TrimSpace(o.DataDir) == "" {
 		add("--data-dir: must not be empty")
 	}
-	if strings.TrimSpace(o.ClassesDir) == "" {
-		add("--classes: must not be empty")
+	switch o.ClassesFrom {
+	case "", ClassesFromDir:
+		if strings.TrimSpace(o.ClassesDir) == "" {
+			add("--classes: must not be empty")
+		}
+	case ClassesFromKubernetes:
+	default:
+		add("--classes-from %q: must be one of %s", o.ClassesFrom, strings.Join(ClassSources, ", "))
+	}
+	if o.Kubeconfig != "" && o.ClassesFrom != ClassesFromKubernetes {
+		add("--kubeconfig: only with --classes-from kubernetes")
+	}
+	if o.ClassesSyncTimeout < 0 {
+		add("--classes-sync-timeout %s: must not be negative", o.ClassesSyncTimeout)
 	}
 	if err := checkHostPort(o.Listen); err != nil {
 		add("--listen %q: %v", o.Listen, err)

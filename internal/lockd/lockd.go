@@ -83,7 +83,7 @@ type Daemon struct {
 	stopMoves func()
 	mode      string
 	tlsMode   string
-	watcher   *class.Watcher
+	watcher   classSource
 	arb       *arbiter.Arbiter
 	svc       *server.Server
 	g         *grpc.Server
@@ -136,17 +136,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	metrics := arbiter.NewMetrics(d.reg, server.Code)
 
-	// Classes load without the clock: a lapsed advisory waiver is class-lint's
-	// failure to report, not a reason for lockd to stop serving.
-	noClock := func() time.Time { return time.Time{} }
-	d.watcher, err = class.NewWatcher(cfg.ClassesDir, noClock, logger.With("component", "classes"),
-		func(error) { metrics.ClassReloadFailures.Inc() })
+	d.watcher, err = openClasses(ctx, &cfg, dataDir, logger.With("component", "classes"), metrics)
 	if err != nil {
-		return nil, fmt.Errorf("load classes from --classes %s: %w", cfg.ClassesDir, err)
+		return nil, err
 	}
+	registerClassAge(d.reg, d.watcher, cfg.now)
 	if rs := d.watcher.Current().Regions(); cfg.Region == "" && len(rs) > 1 {
 		return nil, fmt.Errorf("%w: --region: required: the classes in %s home namespaces to regions %s; name the one this lockd serves",
-			ErrConfig, cfg.ClassesDir, strings.Join(rs, ", "))
+			ErrConfig, d.watcher.describe(), strings.Join(rs, ", "))
 	}
 
 	tlsCfg, bundle, tlsMode, err := serverTLS(&cfg, dataDir, logger)
@@ -275,7 +272,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.svc.ServeHistory(d.audit.sink)
 	}
 	d.svc.Register(d.g)
-	handler := d.svc.HTTPHandler(d.metricsGatherer())
+	handler := d.svc.HTTPHandler(d.metricsGatherer(), classesNote(d.watcher, cfg.now))
 	if cfg.DebugPprof {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)
@@ -536,6 +533,16 @@ func (d *Daemon) Addr() string { return dialAddr(d.grpcLis.Addr()) }
 // MetricsAddr is the address of the HTTP listener (/metrics, /healthz,
 // /readyz).
 func (d *Daemon) MetricsAddr() string { return dialAddr(d.httpLis.Addr()) }
+
+// ClassSetAge is how old the served class set may be: the time since its
+// source last confirmed it current (lockd_class_set_age_seconds).
+func (d *Daemon) ClassSetAge() time.Duration {
+	at, _ := d.watcher.confirmed()
+	if at.IsZero() {
+		return 0
+	}
+	return max(d.cfg.now().Sub(at), 0)
+}
 
 // Arbiter is the running arbiter.
 func (d *Daemon) Arbiter() *arbiter.Arbiter { return d.arb }

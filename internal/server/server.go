@@ -510,7 +510,11 @@ func (s *Server) ApproveEpochAdvance(ctx context.Context, req *lockv1.ApproveEpo
 // arbiter is sealed or etcd does not answer, and says which; in the open
 // posture, with a class open on quorum loss loaded, it is ready and says
 // that only those classes are granted, unprotected.
-func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
+//
+// notes add lines to /readyz's answer (an empty line is left out): what
+// does not make lockd unready but an operator should see there, such as how
+// old the class set is.
+func (s *Server) HTTPHandler(gatherer prometheus.Gatherer, notes ...func() string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -526,9 +530,14 @@ func (s *Server) HTTPHandler(gatherer prometheus.Gatherer) http.Handler {
 		}
 		if s.arb.Posture() == "open" {
 			_, _ = io.WriteString(w, "ok: open posture: no etcd quorum; only classes with onQuorumLoss: open are granted, unprotected (token 0)\n")
-			return
+		} else {
+			_, _ = io.WriteString(w, "ok\n")
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		for _, n := range notes {
+			if line := n(); line != "" {
+				_, _ = io.WriteString(w, line+"\n")
+			}
+		}
 	})
 	return mux
 }

@@ -275,6 +275,11 @@ type Options struct {
 	// Clusters are etcd clusters lockd fronts besides Backend (the coord
 	// cluster), each with the tiers it serves: lockd's topology split.
 	Clusters []lockd.ClusterConfig
+	// Kubeconfig, when set, has lockd read its classes from the Kubernetes
+	// API server it names (--classes-from kubernetes) instead of a class
+	// directory; Classes is then not written anywhere. Set LockdDataDir to
+	// restart lockd with the class set it cached.
+	Kubeconfig string
 }
 
 // Env is a running lockd.
@@ -363,6 +368,9 @@ func daemonConfig(o Options, b *store.Backend, classesDir, dataDir string) lockd
 	cfg.TracerProvider = o.TracerProvider
 	cfg.Region, cfg.RegionEndpoints = o.Region, o.RegionEndpoints
 	cfg.Clusters = o.Clusters
+	if o.Kubeconfig != "" {
+		cfg.ClassesFrom, cfg.Kubeconfig, cfg.ClassesSyncTimeout = lockd.ClassesFromKubernetes, o.Kubeconfig, 3*time.Second
+	}
 	if o.OpenAfter != 0 {
 		cfg.OpenAfter = o.OpenAfter
 	}

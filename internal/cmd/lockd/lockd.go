@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/cli"
+	"github.com/lockd-dev/lockd/internal/lockd"
 )
 
 // Exit codes returned by Main: internal/cli's table, the one lockctl and
@@ -116,7 +117,12 @@ SVID for ` + DevSPIFFEID + `) and, in embedded mode, writes
 development only: its CA key sits unencrypted on disk.
 
 Lock classes are read from --classes and reloaded when files change; an
-invalid change is rejected and the last good set keeps serving.
+invalid change is rejected and the last good set keeps serving. With
+--classes-from kubernetes they are the LockClass, LockGrant and
+LockNamespace objects of the API server (--kubeconfig, or the cluster lockd
+runs in), watched; an invalid object gets a Warning event and its last good
+version keeps serving, and while the API server is unreachable the last good
+set keeps serving, cached in <data-dir> for a restart.
 
 Every flag can also be set with an environment variable: LOCKD_ followed by
 the flag name in upper case with '-' as '_' (LOCKD_DATA_DIR for --data-dir).
@@ -145,6 +151,9 @@ not be reached at start-up. docs/operating.md has the table.`,
   # The clusters and the region from a topology file (docs/operating.md)
   lockd --topology /etc/lockd/topology.yaml --tls-cert /etc/lockd/tls.crt --tls-key /etc/lockd/tls.key \
     --tls-client-ca /etc/lockd/clients-ca.crt --listen 0.0.0.0:7420
+
+  # Classes from the Kubernetes API instead of a directory
+  lockd --classes-from kubernetes --kubeconfig ~/.kube/config
 
   # The same settings from the environment
   LOCKD_LISTEN=0.0.0.0:7420 LOCKD_LOG_FORMAT=text lockd
@@ -181,7 +190,10 @@ not be reached at start-up. docs/operating.md has the table.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", opts.Listen, "gRPC listen address (host:port)")
 	f.StringVar(&opts.MetricsListen, "metrics-listen", opts.MetricsListen, "HTTP listen address for /metrics, /healthz and /readyz")
-	f.StringVar(&opts.ClassesDir, "classes", opts.ClassesDir, "lock class directory, reloaded on change")
+	f.StringVar(&opts.ClassesDir, "classes", opts.ClassesDir, "lock class directory, reloaded on change (with --classes-from dir)")
+	f.StringVar(&opts.ClassesFrom, "classes-from", opts.ClassesFrom, "where the classes come from: "+strings.Join(lockd.ClassSources, "|"))
+	f.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig file for --classes-from kubernetes (default: the cluster lockd runs in)")
+	f.DurationVar(&opts.ClassesSyncTimeout, "classes-sync-timeout", 0, "with --classes-from kubernetes: how long to wait for the API server at start before serving the cached set (default 10s)")
 	addEtcdFlags(f, &opts)
 	f.StringVar(&opts.Topology, "topology", "", "a topology file naming the etcd cluster of each tier (coord, entity), with endpoints and TLS, and the region (docs/operating.md); replaces --etcd-endpoints, --etcd-ca, --etcd-cert, --etcd-key and sets --region")
 	f.StringVar(&opts.EtcdClientURL, "etcd-client-url", opts.EtcdClientURL, "embedded etcd client URL (for etcdctl; lockd talks to the member in-process)")
@@ -218,6 +230,7 @@ not be reached at start-up. docs/operating.md has the table.`,
 	annotateEnv(f)
 	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(logLevels, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions(logFormats, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("classes-from", cobra.FixedCompletions(lockd.ClassSources, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagDirname("classes")
 	_ = cmd.MarkPersistentFlagDirname("data-dir")
 
