@@ -47,6 +47,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/lockd-dev/lockd/internal/toolcache"
 )
 
 // Version is the kube-apiserver release `bash ci/tools.sh kube` builds and
@@ -69,26 +71,12 @@ const (
 // defaults to $HOME/.cache/lockd-tools), else kube-apiserver on PATH. The
 // error says how to build it.
 func Binary() (string, error) {
-	if p := os.Getenv("LOCKD_KUBE_APISERVER"); p != "" {
-		if !isExecutable(p) {
-			return "", fmt.Errorf("kubetest: LOCKD_KUBE_APISERVER=%s is not an executable file", p)
-		}
-		return p, nil
+	p, err := toolcache.Find("kube-apiserver", "LOCKD_KUBE_APISERVER")
+	if err != nil {
+		return "", fmt.Errorf("kubetest: %w: build it with `bash ci/tools.sh kube` (k8s.io/kubernetes %s from the Go module proxy into $LOCKD_TOOLS/bin; about 10 minutes on a quiet machine, once)",
+			err, Version)
 	}
-	tools := os.Getenv("LOCKD_TOOLS")
-	if tools == "" {
-		home, _ := os.UserHomeDir()
-		tools = filepath.Join(home, ".cache", "lockd-tools")
-	}
-	if p := filepath.Join(tools, "bin", "kube-apiserver"); isExecutable(p) {
-		return p, nil
-	}
-	if p, err := exec.LookPath("kube-apiserver"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("kubetest: kube-apiserver not found ($LOCKD_KUBE_APISERVER, %s, PATH): "+
-		"build it with `bash ci/tools.sh kube` (k8s.io/kubernetes %s from the Go module proxy into $LOCKD_TOOLS/bin; about 10 minutes on a quiet machine, once)",
-		filepath.Join(tools, "bin", "kube-apiserver"), Version)
+	return p, nil
 }
 
 // APIServer is a running kube-apiserver and the etcd it stores into. Its
@@ -527,9 +515,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/lockd-dev/lockd/internal/toolcache"
 )
 
 // minioReadyTimeout bounds the wait for a started MinIO to report live.
@@ -51,26 +53,11 @@ func (m *MinIO) SetEnv(t testing.TB) {
 // $HOME/.cache/lockd-tools), else minio on PATH. The error says how to
 // install it.
 func MinIOBinary() (string, error) {
-	if p := os.Getenv("LOCKD_MINIO"); p != "" {
-		if !isExecutable(p) {
-			return "", fmt.Errorf("fencetest: LOCKD_MINIO=%s is not an executable file", p)
-		}
-		return p, nil
+	p, err := toolcache.Find("minio", "LOCKD_MINIO")
+	if err != nil {
+		return "", fmt.Errorf("fencetest: %w: install it with `bash ci/tools.sh minio` (go install github.com/minio/minio@latest into $LOCKD_TOOLS/bin; about 6.5 minutes, once)", err)
 	}
-	tools := os.Getenv("LOCKD_TOOLS")
-	if tools == "" {
-		home, _ := os.UserHomeDir()
-		tools = filepath.Join(home, ".cache", "lockd-tools")
-	}
-	if p := filepath.Join(tools, "bin", "minio"); isExecutable(p) {
-		return p, nil
-	}
-	if p, err := exec.LookPath("minio"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("fencetest: minio not found ($LOCKD_MINIO, %s, PATH): "+
-		"install it with `bash ci/tools.sh minio` (go install github.com/minio/minio@latest into $LOCKD_TOOLS/bin; about 6.5 minutes, once)",
-		filepath.Join(tools, "bin", "minio"))
+	return p, nil
 }
 
 // StartMinIO starts a MinIO server with fresh random root credentials on a

@@ -213,28 +213,23 @@ func TestAStoppedLockdsWaitersMoveToOneOtherLockd(t *testing.T) {
 			}
 		})
 	}
-	line := -1
-	waitFor(t, 10*time.Second, func() bool {
-		per := f.waiters(t, key, nil)
-		for i, w := range per {
-			if w == n {
-				line = i
+	// lineOf is the lockd whose line holds all n waiters, once one does.
+	lineOf := func(stopped map[int]bool, d time.Duration, what string) int {
+		line := -1
+		waitFor(t, d, func() bool {
+			for i, w := range f.waiters(t, key, stopped) {
+				if w == n {
+					line = i
+				}
 			}
-		}
-		return line >= 0
-	}, "all waiters in one lockd's line")
+			return line >= 0
+		}, what)
+		return line
+	}
+	line := lineOf(nil, 10*time.Second, "all waiters in one lockd's line")
 	f.envs[line].Stop()
 	stopped := map[int]bool{line: true}
-	next := -1
-	waitFor(t, 20*time.Second, func() bool {
-		per := f.waiters(t, key, stopped)
-		for i, w := range per {
-			if w == n {
-				next = i
-			}
-		}
-		return next >= 0
-	}, "the waiters in one other lockd's line")
+	next := lineOf(stopped, 20*time.Second, "the waiters in one other lockd's line")
 	t.Logf("waiters moved from lockd %d to lockd %d: %v", line, next, f.waiters(t, key, stopped))
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)

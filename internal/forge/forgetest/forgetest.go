@@ -29,6 +29,8 @@ import (
 	"code.gitea.io/sdk/gitea"
 
 	"github.com/lockd-dev/lockd/internal/childproc"
+
+	"github.com/lockd-dev/lockd/internal/toolcache"
 )
 
 // readyTimeout bounds how long Gitea may take to answer after `gitea web`
@@ -115,37 +117,18 @@ func Start(t testing.TB) *Gitea {
 // it when there is none.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("LOCKD_GITEA"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("forgetest: LOCKD_GITEA=%s: %v; unset it or run `bash ci/tools.sh gitea` to build Gitea", p, err)
-		}
-		return p
+	p, err := toolcache.Find("gitea", "LOCKD_GITEA")
+	if err != nil {
+		t.Fatalf("forgetest: %v: run `bash ci/tools.sh gitea` to build it (about 12 minutes, once)", err)
 	}
-	p := filepath.Join(toolsDir(), "bin", "gitea")
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	if p, err := exec.LookPath("gitea"); err == nil {
-		return p
-	}
-	t.Fatalf("forgetest: no Gitea binary at $LOCKD_GITEA, %s or on PATH: run `bash ci/tools.sh gitea` to build it (about 12 minutes, once)", p)
-	return ""
-}
-
-// toolsDir is $LOCKD_TOOLS, or $HOME/.cache/lockd-tools.
-func toolsDir() string {
-	if d := os.Getenv("LOCKD_TOOLS"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "lockd-tools")
+	return p
 }
 
 // staticRoot is the Gitea source tree that ci/tools.sh recorded, whose
 // templates and assets a Gitea built without bindata serves; empty when
 // there is none (a bindata build embeds them).
 func staticRoot() string {
-	b, err := os.ReadFile(filepath.Join(toolsDir(), "gitea-static-root"))
+	b, err := os.ReadFile(filepath.Join(toolcache.Dir(), "gitea-static-root"))
 	if err != nil {
 		return ""
 	}
