@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockd-dev/lockd/internal/class"
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 const deployDir = "../../deploy"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/etcdop"
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // ErrInvalidConfig is wrapped by New's errors for a Config (or policy) it

@@ -15,8 +15,8 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
-	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/shardmove"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // Force-release keys: pending requests, on a lease of ForceRequestTTL, and

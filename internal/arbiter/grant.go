@@ -20,8 +20,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/etcdop"
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
-	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // ErrWrongRegion: the key's namespace is homed to another region. This

@@ -13,9 +13,9 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/internal/keyspace"
-	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/shardmap"
 	"github.com/lockd-dev/lockd/internal/shardmove"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // ShardChange is an operator's change of the shard map: shards to add

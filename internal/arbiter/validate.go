@@ -12,8 +12,8 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/authz"
 	"github.com/lockd-dev/lockd/internal/identity"
-	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 )
 

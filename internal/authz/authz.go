@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/lockd-dev/lockd/internal/class"
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // ErrDenied is returned for every refused request, whatever the reason

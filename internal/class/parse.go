@@ -15,7 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"sigs.k8s.io/yaml"
 
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // Wire formats. Field types are strings so that enum and duration errors

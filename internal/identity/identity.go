@@ -31,6 +31,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/lockd-dev/lockd/pkg/client"
 )
 
 // Sentinel errors returned (wrapped) by this package. Use errors.Is to test
@@ -48,7 +50,7 @@ var (
 // InsecureIdentityHeader is the gRPC metadata key from which an Extractor
 // in insecure mode takes the caller's SPIFFE ID. The value is asserted by
 // the client and not verified in any way.
-const InsecureIdentityHeader = "x-lockd-insecure-identity"
+const InsecureIdentityHeader = client.InsecureIdentityHeader
 
 // XFCCHeader is the header in which Envoy forwards the certificate details
 // of the client whose mutual TLS it terminated (forward_client_cert_details
@@ -88,26 +90,11 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 // serverName overrides the name checked against the server certificate; if
 // empty, gRPC uses the host of the dial target.
 func ClientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
-	pool, err := loadPool(caFile)
+	cfg, err := client.TLSFromFiles(caFile, certFile, keyFile)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrTLSConfig, err)
 	}
-	cfg := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		RootCAs:    pool,
-		ServerName: serverName,
-	}
-	switch {
-	case certFile == "" && keyFile == "":
-	case certFile == "" || keyFile == "":
-		return nil, fmt.Errorf("%w: client certificate and key must be given together", ErrTLSConfig)
-	default:
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: load key pair %s: %w", ErrTLSConfig, certFile, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
+	cfg.ServerName = serverName
 	return cfg, nil
 }
 
@@ -365,23 +352,10 @@ func CheckLoopback(listenAddr string) error {
 }
 
 // InsecurePerRPC returns client credentials that send id in the
-// InsecureIdentityHeader metadata of every call, over plaintext. Only for
-// tests against a server using Extractor{Insecure: true}; the server takes
-// the value on trust.
-func InsecurePerRPC(id string) credentials.PerRPCCredentials {
-	return insecureIdentity(id)
-}
-
-type insecureIdentity string
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (i insecureIdentity) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{InsecureIdentityHeader: string(i)}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials; it
-// reports false so the credentials work over plaintext connections.
-func (insecureIdentity) RequireTransportSecurity() bool { return false }
+// InsecureIdentityHeader metadata of every call, over plaintext
+// (client.InsecureIdentity). Only for tests against a server using
+// Extractor{Insecure: true}; the server takes the value on trust.
+func InsecurePerRPC(id string) credentials.PerRPCCredentials { return client.InsecureIdentity(id) }
 
 // Kind says how a caller was authenticated.
 type Kind int

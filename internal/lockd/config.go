@@ -19,9 +19,9 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/identity"
-	"github.com/lockd-dev/lockd/internal/lockkey"
 	"github.com/lockd-dev/lockd/internal/operator"
 	"github.com/lockd-dev/lockd/internal/store"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // DevSPIFFEID is the identity of the client SVID the dev PKI writes to

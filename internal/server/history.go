@@ -14,7 +14,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/arbiter"
 	"github.com/lockd-dev/lockd/internal/audit"
 	"github.com/lockd-dev/lockd/internal/authz"
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 	"github.com/lockd-dev/lockd/pkg/token"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )

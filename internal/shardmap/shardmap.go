@@ -25,7 +25,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lockd-dev/lockd/internal/lockkey"
+	"github.com/lockd-dev/lockd/pkg/lockkey"
 )
 
 // ErrInvalid is wrapped by every error Validate returns.

@@ -47,8 +47,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/lockd-dev/lockd/internal/identity"
-	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/locktrace"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -179,11 +178,11 @@ func New(opts ...Option) (*Client, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	dial := append([]grpc.DialOption{tracing.ClientHandler(tp)}, o.dial...)
+	dial := append([]grpc.DialOption{locktrace.ClientHandler(tp)}, o.dial...)
 	switch {
 	case o.insecureID != "":
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(identity.InsecurePerRPC(o.insecureID)))
+			grpc.WithPerRPCCredentials(InsecureIdentity(o.insecureID)))
 	case o.tls != nil:
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
 	default:
@@ -347,10 +346,10 @@ func (c *Client) Acquire(ctx context.Context, key, class string, onFence func(*L
 	}
 	start := time.Now()
 	ctx, span := c.tracer.Start(ctx, "lockd.client/Acquire", trace.WithAttributes(
-		tracing.Namespace(key), tracing.AttrClass.String(class), tracing.Seconds(tracing.AttrWaitRequested, ao.wait)))
+		locktrace.Namespace(key), locktrace.AttrClass.String(class), locktrace.Seconds(locktrace.AttrWaitRequested, ao.wait)))
 	defer func() {
-		span.SetAttributes(tracing.Seconds(tracing.AttrWaited, time.Since(start)))
-		tracing.End(span, err, Reason(err))
+		span.SetAttributes(locktrace.Seconds(locktrace.AttrWaited, time.Since(start)))
+		locktrace.End(span, err, Reason(err))
 	}()
 	if !ao.leak || ao.wait <= 0 {
 		return c.acquire(ctx, key, class, onFence, ao.wait)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lockd-dev/lockd/internal/tracing"
+	"github.com/lockd-dev/lockd/pkg/locktrace"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
@@ -223,9 +223,9 @@ func (l *Lock) ReleaseHeld(ctx context.Context) (bool, error) {
 	s.mu.Unlock()
 
 	ctx, span := s.c.tracer.Start(ctx, "lockd.client/Release", trace.WithAttributes(
-		tracing.Namespace(h.key), tracing.AttrClass.String(h.class)))
+		locktrace.Namespace(h.key), locktrace.AttrClass.String(h.class)))
 	held, err := s.releaseLast(ctx, h)
-	tracing.End(span, err, Reason(err))
+	locktrace.End(span, err, Reason(err))
 	return held, err
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/lockd-dev/lockd/internal/identity"
 	"github.com/lockd-dev/lockd/pkg/client"
 )
 
@@ -135,7 +134,7 @@ func (cx *Context) Options() ([]client.Option, error) {
 	if cx.InsecureIdentity != "" {
 		return append(opts, client.WithInsecureIdentity(cx.InsecureIdentity)), nil
 	}
-	tlsCfg, err := identity.ClientTLS(cx.CA, cx.Cert, cx.Key, "")
+	tlsCfg, err := client.TLSFromFiles(cx.CA, cx.Cert, cx.Key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: context %q: %w", ErrConfig, cx.Name, err)
 	}
