@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/lockd-dev/lockd/internal/class"
 )
@@ -182,4 +184,21 @@ func TestALongMessageIsCutOnARuneBoundary(t *testing.T) {
 	require.True(t, strings.HasSuffix(got, " …"))
 	require.True(t, strings.HasPrefix(s, strings.TrimSuffix(got, " …")))
 	require.Equal(t, "short", truncate("short", maxMessage))
+}
+
+func TestNewRefusesAConfigItCannotRun(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no client", Config{}},
+		{"negative resync", Config{Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Resync: -time.Second}},
+		{"negative workers", Config{Client: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Workers: -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg)
+			require.ErrorIs(t, err, ErrConfig)
+		})
+	}
 }
