@@ -1,14 +1,17 @@
 package admission
 
 import (
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
@@ -44,7 +47,7 @@ var specFields = map[string][]string{
 
 // printerColumns are the columns kubectl get shows, by kind.
 var printerColumns = map[string][]string{
-	class.KindLockClass:       {"Purpose", "Enforcement", "TTL", "Tier", "Resource", "Waiver", "Age"},
+	class.KindLockClass:       {"Purpose", "Enforcement", "Fenced", "Reason", "TTL", "Tier", "Resource", "Waiver", "Age"},
 	class.KindLockGrant:       {"SPIFFE ID", "Prefixes", "Age"},
 	class.KindPauseTestResult: {"Class", "Resource", "Schema", "Ran", "Expires", "Age"},
 	class.KindLockNamespace:   {"Region", "Age"},
@@ -138,12 +141,16 @@ func crds(t *testing.T) map[string]*crd {
 	return out
 }
 
-// paths lists the property paths under s ("tokens", "tokens.first").
+// paths lists the property paths under s ("tokens", "tokens.first"); a
+// list's items share the list's path ("conditions.type").
 func (s *schemaProps) paths(prefix string) []string {
 	var out []string
 	for name, p := range s.Properties {
 		out = append(out, prefix+name)
 		out = append(out, p.paths(prefix+name+".")...)
+	}
+	if s.Items != nil {
+		out = append(out, s.Items.paths(prefix)...)
 	}
 	sort.Strings(out)
 	return out
@@ -238,6 +245,15 @@ func TestCRDSchemas(t *testing.T) {
 			var cols []string
 			for _, col := range v.Columns {
 				cols = append(cols, col.Name)
+				if field, ok := strings.CutPrefix(col.JSONPath, ".status."); ok {
+					// Written by the class controller: a field of the
+					// status schema (filters such as [?(@.type=="Fenced")]
+					// dropped).
+					field = statusFilter.ReplaceAllString(field, "")
+					require.True(t, declared(c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"], field),
+						"column %s shows an undeclared status field %s", col.Name, field)
+					continue
+				}
 				field, ok := strings.CutPrefix(col.JSONPath, ".spec.")
 				if !ok {
 					require.Equal(t, ".metadata.creationTimestamp", col.JSONPath, "column %s", col.Name)
@@ -270,6 +286,67 @@ func TestCRDSchemas(t *testing.T) {
 				func(p class.Problem) bool { return p.Field == "spec.undeclared" && p.Rule == "unknown field" }))
 		})
 	}
+}
+
+// statusFilter matches a JSONPath filter of a printer column.
+var statusFilter = regexp.MustCompile(`\[\?\(.*?\)\]`)
+
+// TestCRDClassStatus checks the LockClass status schema is class.ClassStatus:
+// exactly its JSON fields, metav1.Condition's required fields, and a status
+// the controller writes (class.StatusFor) declares nothing else.
+func TestCRDClassStatus(t *testing.T) {
+	c := crds(t)[class.KindLockClass]
+	require.NotNil(t, c)
+	status := c.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	require.NotNil(t, status, "no status schema")
+	require.Equal(t, "object", status.Type)
+	require.Equal(t, sortedCopy(jsonPaths(reflect.TypeFor[class.ClassStatus](), "")), status.paths(""),
+		"the status schema must declare exactly class.ClassStatus's fields")
+	conds := status.Properties["conditions"]
+	require.Equal(t, "array", conds.Type)
+	require.Equal(t, "map", conds.ListType, "one condition per type")
+	require.ElementsMatch(t, []string{"type", "status", "lastTransitionTime", "reason", "message"}, conds.Items.Required,
+		"metav1.Condition's required fields")
+	for _, p := range []class.FenceProof{
+		{Proven: true, Until: testNow.Add(time.Hour), Result: "demo/r", Reason: class.ReasonPauseTestCurrent, Message: "ok"},
+		{Reason: class.ReasonNoPauseTest, Message: "none"},
+	} {
+		st := class.StatusFor(p, 3)
+		st.Conditions[0].LastTransitionTime = testNow.Format(time.RFC3339)
+		js, err := json.Marshal(st)
+		require.NoError(t, err)
+		var obj map[string]any
+		require.NoError(t, json.Unmarshal(js, &obj))
+		for _, path := range objectPaths(obj, "") {
+			require.True(t, declared(status, path), "status.%s is not declared", path)
+		}
+		reason := regexp.MustCompile(conds.Items.Properties["reason"].Pattern)
+		require.Regexp(t, reason, p.Reason)
+	}
+	for _, r := range []string{class.ReasonPauseTestCurrent, class.ReasonNotDeclaredFenced, class.ReasonNoResource, class.ReasonNoPauseTest,
+		class.ReasonResourceMismatch, class.ReasonSchemaVersionChanged, class.ReasonPauseTestExpired, class.ReasonPauseTestInFuture, class.ReasonInvalid} {
+		require.Regexp(t, regexp.MustCompile(conds.Items.Properties["reason"].Pattern), r)
+	}
+}
+
+// jsonPaths lists the JSON field paths of struct type typ, as paths does.
+func jsonPaths(typ reflect.Type, prefix string) []string {
+	var out []string
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out = append(out, prefix+name)
+		ft := f.Type
+		for ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			out = append(out, jsonPaths(ft, prefix+name+".")...)
+		}
+	}
+	return out
 }
 
 // dnsLabelRule is the CEL rule that an item or field is a DNS label, as

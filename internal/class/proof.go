@@ -29,6 +29,10 @@ const (
 	ReasonPauseTestExpired = "PauseTestExpired"
 	// ReasonPauseTestInFuture: the results found say they ran later than now.
 	ReasonPauseTestInFuture = "PauseTestInFuture"
+	// ReasonInvalid: classes from the Kubernetes API only: the LockClass
+	// breaks a rule lockd applies at load (the admission webhook was
+	// bypassed or the rules changed), so nothing about it is proven.
+	ReasonInvalid = "Invalid"
 	// ReasonNoStatus: classes from the Kubernetes API only: the class
 	// controller has not written the class's status yet.
 	ReasonNoStatus = "NoStatus"

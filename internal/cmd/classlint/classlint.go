@@ -39,10 +39,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 when it loads them, plus the review rules (pause-test results for fenced classes,
 waiver expiry, overlapping grants, CODEOWNERS), the keys a change moves to
 another tier or posture (rehomes), the renewal cost of a change priced from
-Prometheus, and the pull-request comment that carries them.
+Prometheus, and the pull-request comment that carries them. In a cluster it
+serves the same rules as an admission webhook (webhook) and runs the class
+controller, which marks each LockClass fenced, or not, from its pause-test
+results (controller).
 
 Exit status: 0 success, 1 violations, 2 usage error or an input that cannot be
-used, 69 Prometheus or Gitea unreachable. docs/class-lint.md has the table.`,
+used, 69 Prometheus or Gitea unreachable, or the controller's leader Lease
+lost. docs/class-lint.md has the table.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -52,6 +56,7 @@ used, 69 Prometheus or Gitea unreachable. docs/class-lint.md has the table.`,
 		newRegisterCmd(stdout),
 		newCommentCmd(stdout, stderr),
 		newWebhookCmd(stderr),
+		newControllerCmd(stderr),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)

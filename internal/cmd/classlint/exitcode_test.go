@@ -18,6 +18,8 @@ import (
 // and that stdout carries results only.
 func TestExitCodes(t *testing.T) {
 	t.Setenv(tokenEnv, "t0ken")
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")   // class-lint controller is not in a pod
 	down := "http://" + lockdtest.FreeAddr(t) // a closed loopback port
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "upstream exploded", http.StatusBadGateway)
@@ -60,6 +62,12 @@ func TestExitCodes(t *testing.T) {
 		{name: "comment: Prometheus refused", args: comment("--gitea-url", down, "--prometheus", down, "--dir", gitRepo), want: ExitUnavailable,
 			stderr: []string{"query Prometheus at " + down}},
 		{name: "webhook without a certificate", args: []string{"webhook"}, want: ExitUsage, stderr: []string{"--tls-cert and --tls-key are required"}},
+		{name: "controller outside a pod", args: []string{"controller"}, want: ExitUsage,
+			stderr: []string{"class-lint: no --kubeconfig and not in a pod", "pass --kubeconfig FILE", "Run 'class-lint controller --help'"}},
+		{name: "controller: no such kubeconfig", args: []string{"controller", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, want: ExitUsage,
+			stderr: []string{"class-lint: --kubeconfig "}},
+		{name: "controller: no resync", args: []string{"controller", "--resync", "0s"}, want: ExitUsage, stderr: []string{"--resync must be positive"}},
+		{name: "controller: no lease name", args: []string{"controller", "--leader-election-id", ""}, want: ExitUsage, stderr: []string{"--leader-election-id must not be empty"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/lockd-dev/lockd/internal/cli"
 	"github.com/lockd-dev/lockd/internal/cli/iostreams"
@@ -57,6 +58,10 @@ type Options struct {
 	SchemaVersion string
 	Out           string
 	Margin        time.Duration
+	// ToKubernetes writes the result to the cluster Kubeconfig (or
+	// kubectl's, or the pod's) as well as, or instead of, a file.
+	ToKubernetes bool
+	Kubeconfig   string
 }
 
 // NewCmdFenceTest returns `lockctl fence-test`. runF, when set, replaces the
@@ -125,14 +130,27 @@ func NewCmdFenceTest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comma
 			test released its holds. On a FAIL nothing is written and the report says
 			what went wrong.
 
+			With --to-kubernetes a PASS creates the result in the cluster instead,
+			as PauseTestResult <class> in the class's namespace (replacing an
+			earlier run's), where the class controller (class-lint controller)
+			reads it: a class declared fenced is marked fenced while the result
+			matches its resource and schema version and has not expired. The file
+			is then written only if --out is given. The cluster is --kubeconfig's, else $KUBECONFIG's or
+			~/.kube/config's, else, in a pod (a Job), its service account's, which
+			needs create, get and update on pausetestresults in that namespace.
+			When the class repository is synced to the cluster (Argo CD), commit
+			the file as well, so that the repository keeps the result.
+
 			Output: -o table (the report, as text), -o json or -o yaml. Progress
 			lines go to stderr on a terminal.
 
 			Exit codes:
 			  0   PASS: the result was written
 			  3   FAIL: the resource failed the test; no result
-			  77  permission denied: no grant for this identity, key and class
-			  69  lockd or its store is unavailable, or lockd is sealed
+			  77  permission denied: no grant for this identity, key and class, or
+			      the API server refused the PauseTestResult (RBAC, admission)
+			  69  lockd or its store is unavailable, or lockd is sealed, or the API
+			      server cannot be reached (--to-kubernetes)
 			  130 interrupted: holds released, the paused holder killed
 			  2   usage error
 			  1   any other error (the test could not run)
@@ -150,6 +168,13 @@ func NewCmdFenceTest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comma
 			# An S3 bucket on MinIO, the report as JSON for CI
 			$ lockctl fence-test --class exports --key platform/exports/fence-test \
 			    --resource 's3://exports?endpoint=minio.internal:9000&secure=false' -o json
+
+			# In a Kubernetes Job: the result goes to the cluster, as PauseTestResult payments/ledger-writes
+			$ lockctl fence-test --class ledger-writes --key payments/ledger/fence-test --schema-version 3 --to-kubernetes
+
+			# From a workstation, to the cluster and to a file to commit
+			$ lockctl fence-test --class ledger-writes --key payments/ledger/fence-test --schema-version 3 \
+			    --to-kubernetes --kubeconfig ~/.kube/staging.yaml --out classes/payments/pausetest-ledger-writes.yaml
 		`),
 		Args: cmdutil.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -176,7 +201,10 @@ func NewCmdFenceTest(f *cmdutil.Factory, runF func(*Options) error) *cobra.Comma
 	fl.StringVar(&opts.SchemaVersion, "schema-version", "", "the resource's schema version: must equal the class's spec.resourceSchemaVersion")
 	fl.StringVar(&opts.Out, "out", "", "where to write the result on a PASS (default ./pausetest-<class>.yaml)")
 	fl.DurationVar(&opts.Margin, "margin", pausetest.DefaultMargin, "how long past the class TTL to wait for the paused holder's hold to end")
+	fl.BoolVar(&opts.ToKubernetes, "to-kubernetes", false, "on a PASS, create the PauseTestResult in the class's namespace of the cluster (the file only with --out)")
+	fl.StringVar(&opts.Kubeconfig, "kubeconfig", "", "the cluster for --to-kubernetes (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
 	_ = cmd.MarkFlagFilename("out", "yaml", "yml")
+	_ = cmd.MarkFlagFilename("kubeconfig")
 	return cmd
 }
 
@@ -197,6 +225,8 @@ func (o *Options) validate() error {
 		return cli.Usagef("--read is required with --write: the test reads the record back")
 	case o.Margin < 0:
 		return cli.Usagef("--margin must not be negative")
+	case o.Kubeconfig != "" && !o.ToKubernetes:
+		return cli.Usagef("--kubeconfig names the cluster for --to-kubernetes: add --to-kubernetes to write the result there")
 	}
 	return nil
 }
@@ -205,6 +235,22 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 	cx, err := opts.Context()
 	if err != nil {
 		return err
+	}
+	// The cluster's configuration is loaded before the test runs, so a
+	// broken one does not cost a run.
+	var (
+		kube     dynamic.Interface
+		kubeHost string
+	)
+	if opts.ToKubernetes {
+		cfg, err := KubeConfig(opts.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if kube, err = dynamic.NewForConfig(cfg); err != nil {
+			return cli.Usage(fmt.Errorf("--to-kubernetes: %w", err))
+		}
+		kubeHost = cfg.Host
 	}
 	ctx, stop := ossignal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +272,7 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 		return &cli.ExitError{Code: code, Err: errors.New(cmdutil.Describe(err, cx.Server))}
 	}
 	view := &ReportView{Report: *rep}
+	toFile := !opts.ToKubernetes || opts.Out != ""
 	path := opts.Out
 	if path == "" {
 		path = pausetest.Result{Class: rep.Class.Name}.FileName()
@@ -233,12 +280,20 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
-	var writeErr error
+	var writeErr, kubeErr error
 	if res, ok := rep.Result(); ok {
-		if writeErr = os.WriteFile(path, res.YAML(), 0o644); writeErr == nil {
-			view.ResultFile = path
+		if toFile {
+			if writeErr = os.WriteFile(path, res.YAML(), 0o644); writeErr == nil {
+				view.ResultFile = path
+			}
 		}
-	} else if _, err := os.Stat(path); err == nil {
+		if kube != nil {
+			var created bool
+			if created, kubeErr = WriteResult(ctx, kube, res); kubeErr == nil {
+				view.ResultObject, view.ResultCreated, view.ResultCluster = res.Namespace+"/"+res.Class, created, kubeHost
+			}
+		}
+	} else if _, err := os.Stat(path); err == nil && toFile {
 		view.EarlierResult = path
 	}
 	if err := opts.Printer().Print(view); err != nil {
@@ -247,6 +302,9 @@ func fenceTestRun(ctx context.Context, opts *Options) error {
 	switch {
 	case writeErr != nil:
 		return fmt.Errorf("the test passed, but the result could not be written: %w", writeErr)
+	case kubeErr != nil:
+		return &cli.ExitError{Code: kubeExitCode(kubeErr),
+			Err: fmt.Errorf("the test passed, but the result could not be written to the cluster at %s: %w", kubeHost, kubeErr)}
 	case !rep.Passed():
 		return &cli.ExitError{Code: ExitFailed, Silent: true}
 	}

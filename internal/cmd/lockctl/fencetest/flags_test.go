@@ -51,6 +51,13 @@ func TestFlags(t *testing.T) {
 		{name: "write without read", args: []string{"--class", "fast", "--key", "t/x", "--write", "w"}, wantErr: "--read is required"},
 		{name: "check without write", args: []string{"--class", "fast", "--key", "t/x", "--check", "c", "--read", "r"}, wantErr: "--write is required"},
 		{name: "negative margin", args: []string{"--class", "fast", "--key", "t/x", "--resource", "u", "--margin", "-1s"}, wantErr: "--margin"},
+		{name: "to kubernetes", args: []string{"--class", "fast", "--key", "t/x", "--resource", "u", "--to-kubernetes", "--kubeconfig", "k.yaml"},
+			check: func(t *testing.T, o *fencetest.Options) {
+				require.True(t, o.ToKubernetes)
+				require.Equal(t, "k.yaml", o.Kubeconfig)
+				require.Empty(t, o.Out)
+			}},
+		{name: "kubeconfig without --to-kubernetes", args: []string{"--class", "fast", "--key", "t/x", "--resource", "u", "--kubeconfig", "k.yaml"}, wantErr: "add --to-kubernetes"},
 		{name: "positional argument", args: []string{"t/x", "--class", "fast", "--resource", "u"}, wantErr: "unexpected argument"},
 	}
 	for _, tt := range tests {

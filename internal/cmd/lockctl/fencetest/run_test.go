@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/lockd-dev/lockd/internal/class"
 	"github.com/lockd-dev/lockd/internal/cli"
@@ -22,6 +24,7 @@ import (
 	lockctlcmd "github.com/lockd-dev/lockd/internal/cmd/lockctl"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/cmdutil"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/fencetest"
+	"github.com/lockd-dev/lockd/internal/kubetest"
 	"github.com/lockd-dev/lockd/internal/pausetest"
 	servers "github.com/lockd-dev/lockd/internal/testserver"
 	"github.com/lockd-dev/lockd/pkg/lockdtest"
@@ -137,6 +140,51 @@ func TestFenceTestPostgres(t *testing.T) {
 		require.Equal(t, "fenced", rep.Class.Enforcement)
 		require.Contains(t, rep.Target, "postgres table ft_url on 127.0.0.1:")
 		require.Contains(t, errOut, "Wrote "+out+": commit it next to class t/fast")
+		requireResultAccepted(t, out, rep)
+	})
+
+	// Not parallel: it changes directory, to check no file is written.
+	t.Run("reference writer by URL passes and the result goes to Kubernetes", func(t *testing.T) {
+		api := kubetest.Start(t)
+		api.ApplyCRDs(t, kubetest.CRDDir(t))
+		dyn, err := dynamic.NewForConfig(api.RESTConfig())
+		require.NoError(t, err)
+		createNamespace(t, dyn, "t")
+		// An earlier run's result, a year old: this run replaces it.
+		earlier := pausetest.Result{Namespace: "t", Class: "fast", Resource: "test-db", ResourceSchemaVersion: "6",
+			RanAt: ranAt.AddDate(-1, 0, 0), FirstToken: 1, SecondToken: 2}
+		created, err := fencetest.WriteResult(t.Context(), dyn, earlier)
+		require.NoError(t, err)
+		require.True(t, created)
+
+		t.Chdir(t.TempDir()) // where the default --out would land
+		code, rep, errOut := fenceTest(t, config, "t/fast/ft-kube", "--resource", dsn+"&table=ft_kube", "--to-kubernetes", "--kubeconfig", api.Kubeconfig())
+		require.Equal(t, 0, code, "%s\n%+v\n%s", rep.Message, rep.Steps, errOut)
+		require.Equal(t, pausetest.OutcomePass, rep.Outcome)
+		require.Equal(t, "t/fast", rep.ResultObject)
+		require.Empty(t, rep.ResultFile, "no --out: no file")
+		require.NoFileExists(t, "pausetest-fast.yaml")
+		require.Contains(t, errOut, "Updated PauseTestResult t/fast in the cluster at "+api.URL())
+
+		obj, err := dyn.Resource(pauseTestResults).Namespace("t").Get(t.Context(), "fast", metav1.GetOptions{})
+		require.NoError(t, err)
+		o, problems := class.ParseObject(obj.Object)
+		require.Empty(t, problems)
+		pt := o.PauseTest
+		require.NotNil(t, pt)
+		require.Equal(t, "fast", pt.Class)
+		require.Equal(t, "test-db", pt.Resource)
+		require.Equal(t, "7", pt.ResourceSchemaVersion, "the earlier run's spec is replaced")
+		require.Equal(t, ranAt, pt.RanAt)
+		require.Equal(t, strconv.FormatUint(rep.Tokens.A, 10), pt.FirstToken)
+		require.Equal(t, strconv.FormatUint(rep.Tokens.B, 10), pt.SecondToken)
+
+		// With --out as well, the file is written too: the same document.
+		out := filepath.Join(t.TempDir(), "result.yaml")
+		code, rep, errOut = fenceTest(t, config, "t/fast/ft-kube", "--resource", dsn+"&table=ft_kube", "--to-kubernetes", "--kubeconfig", api.Kubeconfig(), "--out", out)
+		require.Equal(t, 0, code, "%s\n%s", rep.Message, errOut)
+		require.Equal(t, out, rep.ResultFile)
+		require.Equal(t, "t/fast", rep.ResultObject)
 		requireResultAccepted(t, out, rep)
 	})
 

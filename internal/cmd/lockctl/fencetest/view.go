@@ -16,6 +16,13 @@ type ReportView struct {
 	pausetest.Report
 	// ResultFile is where the PauseTestResult was written (a PASS only).
 	ResultFile string `json:"result_file,omitempty"`
+	// ResultObject is the PauseTestResult written to the cluster,
+	// "namespace/name" (a PASS with --to-kubernetes only).
+	ResultObject string `json:"result_object,omitempty"`
+	// ResultCreated says ResultObject was created, not updated.
+	ResultCreated bool `json:"-"`
+	// ResultCluster is the API server ResultObject was written to.
+	ResultCluster string `json:"-"`
 	// EarlierResult, on a FAIL, is a result file an earlier run left
 	// where this one would have written: it does not describe this run.
 	EarlierResult string `json:"-"`
@@ -58,11 +65,20 @@ func (v *ReportView) Notes() []string {
 		return notes
 	}
 	var notes []string
-	if v.ResultFile == "" {
+	if v.ResultFile == "" && v.ResultObject == "" {
 		notes = append(notes, "No result written.")
-	} else {
+	}
+	if v.ResultFile != "" {
 		notes = append(notes, fmt.Sprintf("Wrote %s: commit it next to class %s in the class repository. class-lint counts it for a year, "+
 			"while the class says resource: %s and resourceSchemaVersion: %s.", v.ResultFile, ref, v.Resource, schemaVersion(v.ResourceSchemaVersion)))
+	}
+	if v.ResultObject != "" {
+		verb := "Updated"
+		if v.ResultCreated {
+			verb = "Created"
+		}
+		notes = append(notes, fmt.Sprintf("%s PauseTestResult %s in the cluster at %s: the class controller marks class %s fenced for a year, "+
+			"while the class says resource: %s and resourceSchemaVersion: %s.", verb, v.ResultObject, v.ResultCluster, ref, v.Resource, schemaVersion(v.ResourceSchemaVersion)))
 	}
 	switch {
 	case v.Class.Enforcement != "fenced":

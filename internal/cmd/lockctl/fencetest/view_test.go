@@ -64,6 +64,41 @@ func TestReportViewFailWithEarlierResult(t *testing.T) {
 	}, v.Notes())
 }
 
+func TestReportViewSaysWhereTheResultWent(t *testing.T) {
+	cluster := "https://k8s.example:6443"
+	fileNote := "Wrote /r.yaml: commit it next to class payments/ledger-writes in the class repository. class-lint counts it for a year, " +
+		`while the class says resource: ledger-db and resourceSchemaVersion: "3".`
+	objectNote := func(verb string) string {
+		return verb + " PauseTestResult payments/ledger-writes in the cluster at " + cluster + ": the class controller marks class payments/ledger-writes fenced for a year, " +
+			`while the class says resource: ledger-db and resourceSchemaVersion: "3".`
+	}
+	advisory := "Class payments/ledger-writes is advisory today: with the result committed it may declare enforcement: fenced."
+	caveat := "A PASS shows this resource rejected this stale write under this pause; it does not show that every write path to the resource is fenced."
+	tests := []struct {
+		name string
+		view fencetest.ReportView
+		want []string
+	}{
+		{"a file", fencetest.ReportView{ResultFile: "/r.yaml"}, []string{fileNote, advisory, caveat}},
+		{"created in the cluster", fencetest.ReportView{ResultObject: "payments/ledger-writes", ResultCreated: true, ResultCluster: cluster},
+			[]string{objectNote("Created"), advisory, caveat}},
+		{"updated in the cluster, and a file", fencetest.ReportView{ResultFile: "/r.yaml", ResultObject: "payments/ledger-writes", ResultCluster: cluster},
+			[]string{fileNote, objectNote("Updated"), advisory, caveat}},
+		{"nowhere", fencetest.ReportView{}, []string{"No result written.", advisory, caveat}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := tt.view
+			v.Report = sampleReport(true)
+			require.Equal(t, tt.want, v.Notes())
+		})
+	}
+	b, err := json.Marshal(&fencetest.ReportView{Report: sampleReport(true), ResultObject: "payments/ledger-writes", ResultCluster: cluster})
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"result_object":"payments/ledger-writes"`)
+	require.NotContains(t, string(b), "result_file")
+}
+
 func TestReportViewSkippedSteps(t *testing.T) {
 	rep := sampleReport(false)
 	rep.Tokens = pausetest.Tokens{C: 281474976710700}
