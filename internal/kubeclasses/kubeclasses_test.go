@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockd-dev/lockd/internal/class"
+	"github.com/lockd-dev/lockd/internal/classcontroller"
 	"github.com/lockd-dev/lockd/internal/kubeclasses"
 	"github.com/lockd-dev/lockd/internal/kubetest"
 	"github.com/lockd-dev/lockd/pkg/client"
@@ -332,4 +333,52 @@ func (a *api) asNobody(t *testing.T) *rest.Config {
 	rc := a.RESTConfig()
 	rc.Impersonate.UserName = "system:serviceaccount:lockd-system:nobody"
 	return rc
+}
+
+// TestLockdServesAClassAsTheClassControllerProvesIt: with the class
+// controller running against the same API server, a PauseTestResult for the
+// class, its resource and schema version makes lockd serve it fenced; the
+// result deleted, or the class's schema version changed, makes it advisory
+// again, with the controller's reason.
+func TestLockdServesAClassAsTheClassControllerProvesIt(t *testing.T) {
+	a := startAPI(t)
+	ctl, err := classcontroller.New(classcontroller.Config{Client: a.dyn, Resync: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	env := lockdtest.Start(t, lockdtest.Options{Kubeconfig: a.Kubeconfig()})
+	raw, _ := env.Raw(t, lockdtest.Operator)
+	served := func(enf, reason string) func() bool {
+		return func() bool {
+			r, err := raw.DescribeClass(t.Context(), &lockv1.DescribeClassRequest{Namespace: "t", Name: "std"})
+			return err == nil && r.GetClass().GetEnforcement() == enf && r.GetClass().GetFenceProof().GetReason() == reason
+		}
+	}
+	a.mustApply(t, stdClass)
+	eventually(t, 10*time.Second, "t/std advisory without a result", served("advisory", class.ReasonNoPauseTest))
+
+	ran := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	result := fmt.Sprintf(`apiVersion: locks.lockd.dev/v1alpha1
+kind: PauseTestResult
+metadata: {name: std, namespace: t}
+spec: {class: std, resource: test-db, outcome: pass, ranAt: %q, expires: %q, tokens: {first: "281474976710664", second: "281474976710666"}}
+`, ran.Format(time.RFC3339), ran.AddDate(1, 0, -1).Format(time.RFC3339))
+	a.mustApply(t, result)
+	took := eventually(t, 10*time.Second, "t/std fenced with a current result", served("fenced", class.ReasonPauseTestCurrent))
+	t.Logf("a PauseTestResult applied made lockd serve the class fenced after %s", took.Round(time.Millisecond))
+
+	a.mustApply(t, strings.Replace(stdClass, "resource: test-db}", `resource: test-db, resourceSchemaVersion: "2"}`, 1))
+	eventually(t, 10*time.Second, "t/std advisory once its schema version changed", served("advisory", class.ReasonSchemaVersionChanged))
+
+	a.mustApply(t, stdClass)
+	eventually(t, 10*time.Second, "t/std fenced again", served("fenced", class.ReasonPauseTestCurrent))
+	if err := a.dyn.Resource(kubeclasses.GVR(class.KindPauseTestResult)).Namespace("t").Delete(t.Context(), "std", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "t/std advisory once its result is deleted", served("advisory", class.ReasonNoPauseTest))
 }
