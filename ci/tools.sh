@@ -11,7 +11,7 @@
 #     load; 2.4 GB peak memory and 3.4 GB of build caches, deleted after;
 #     internal/kubetest finds it there)
 # gitea, minio and kube build side by side under all.
-# Usage: bash ci/tools.sh [apt|gitea|minio|kube|all]   (default all)
+# Usage: bash ci/tools.sh [apt|gitea|minio|kube|builds|all]   (default all; builds is the three builds)
 set -euo pipefail
 LOCKD_TOOLS="${LOCKD_TOOLS:-$HOME/.cache/lockd-tools}"
 what="${1:-all}"
@@ -111,23 +111,25 @@ kube() {
   echo "kube-apiserver v$version: built at $bin"
 }
 
+# builds runs the three builds side by side (they are mostly independent
+# work) and fails if any of them failed, after all have finished.
+builds() {
+  gitea & local g=$!
+  minio & local m=$!
+  kube & local k=$!
+  local rc=0
+  wait $g || rc=1
+  wait $m || rc=1
+  wait $k || rc=1
+  return $rc
+}
+
 case "$what" in
   apt) apt_packages ;;
   gitea) gitea ;;
   minio) minio ;;
   kube) kube ;;
-  # The builds are mostly independent work; run them side by side and fail
-  # if any of them failed (after all have finished).
-  all)
-    apt_packages
-    gitea & g=$!
-    minio & m=$!
-    kube & k=$!
-    rc=0
-    wait $g || rc=1
-    wait $m || rc=1
-    wait $k || rc=1
-    exit $rc
-    ;;
-  *) echo "usage: ci/tools.sh [apt|gitea|minio|kube|all]" >&2; exit 2 ;;
+  builds) builds ;;
+  all) apt_packages; builds ;;
+  *) echo "usage: ci/tools.sh [apt|gitea|minio|kube|builds|all]" >&2; exit 2 ;;
 esac
