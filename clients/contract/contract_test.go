@@ -131,11 +131,12 @@ var cases = []contractCase{
 	{name: "TheClassIsTakenFromTheKey", run: theClassIsTakenFromTheKey},
 }
 
-// drivers are the drivers TestContract runs: LOCKD_CONTRACT_DRIVERS, or go.
+// drivers are the drivers TestContract runs: LOCKD_CONTRACT_DRIVERS, or go
+// and python.
 func drivers(t *testing.T) []driverKind {
 	names := os.Getenv("LOCKD_CONTRACT_DRIVERS")
 	if names == "" {
-		names = "go"
+		names = "go,python"
 	}
 	var ks []driverKind
 	for _, n := range strings.Split(names, ",") {
@@ -152,6 +153,7 @@ func drivers(t *testing.T) []driverKind {
 // per driver, shared by its cases (each on its own keys and its own driver
 // process), and one more for a case that needs its own.
 func TestContract(t *testing.T) {
+	t.Parallel()
 	for _, k := range drivers(t) {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
