@@ -49,11 +49,13 @@ spec:
 
 // Class fast's TTL (keys t/fast/…), the one the timing cases use.
 const (
-	fastTTL        = 5 * time.Second
-	fastInterval   = fastTTL / 3 // keepalive interval: TTL/3
-	answerWithin   = time.Second // min(TTL/3, 1s): a keepalive not answered by then failed
-	fenceMargin    = time.Second // the local deadline is the send time + TTL − 1s
-	timerTolerance = 150 * time.Millisecond
+	fastTTL      = 5 * time.Second
+	fastInterval = fastTTL / 3 // keepalive interval: TTL/3
+	answerWithin = time.Second // min(TTL/3, 1s): a keepalive not answered by then failed
+	fenceMargin  = time.Second // the local deadline is the send time + TTL − 1s
+	// timerTolerance is how late a timer may run on a loaded machine and
+	// still count as on time (the control is 2 s late).
+	timerTolerance = 500 * time.Millisecond
 )
 
 // lockd is the lockd a driver's cases share (each case uses its own keys).
@@ -178,9 +180,6 @@ func TestContract(t *testing.T) {
 // must fail it, by finding the fence after the send-time deadline or
 // after the store expired the session.
 func TestLateFenceControlFailsTheDeadlineCase(t *testing.T) {
-	if os.Getenv("LOCKD_CONTRACT_DRIVERS") != "" {
-		return // the re-run below, or a run of chosen drivers
-	}
 	t.Parallel()
 	goDriver(t) // built here, reported here if it does not build
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestContract$/^go-late-fence$/^OnFenceRunsByTheSendTimeDeadlineBeforeTheStoreExpires$",
@@ -357,8 +356,8 @@ func onFenceRunsByTheSendTimeDeadlineBeforeTheStoreExpires(t *testing.T, l *lock
 	case <-time.After(fastTTL + 10*time.Second):
 		t.Fatal("the store never expired the stalled session's hold")
 	}
-	t.Logf("after the stall: on_fence at +%s (its own deadline +%s), the store expired the session at +%s; margin %s (clock mapping ±%s)",
-		fence.Sub(stalled).Round(time.Millisecond), toSuite(e.Deadline).Sub(stalled).Round(time.Millisecond),
+	t.Logf("%s driver, after the stall: on_fence at +%s (its own deadline +%s), the store expired the session at +%s; margin %s (clock mapping ±%s)",
+		d.name, fence.Sub(stalled).Round(time.Millisecond), toSuite(e.Deadline).Sub(stalled).Round(time.Millisecond),
 		expiry.Sub(stalled).Round(time.Millisecond), expiry.Sub(fence).Round(time.Millisecond), uncertainty.Round(time.Microsecond))
 	if e.Lost == nil || e.Lost.Kind != "deadline" {
 		t.Errorf("lost with %+v; want the local deadline", e.Lost)
@@ -629,7 +628,7 @@ func theClassIsTakenFromTheKey(t *testing.T, l *lockd, d *driver) {
 		}
 		// The session is the class's TTL: the local deadline is TTL − 1s away.
 		left := time.Duration(num(t, r, "remaining_ttl") * float64(time.Second))
-		if left > c.ttl-fenceMargin || left < c.ttl-fenceMargin-time.Second {
+		if left > c.ttl-fenceMargin || left < c.ttl-fenceMargin-2*time.Second {
 			t.Errorf("%s: remaining_ttl %s right after the grant; want just under %s (class TTL %s − 1s)", c.key, left, c.ttl-fenceMargin, c.ttl)
 		}
 		if h := l.inspect(t, c.key).GetHold(); h.GetClass() != c.class {

@@ -142,7 +142,9 @@ class Client:
             lock_class: optional; naming a class (``"name"`` or
                 ``"namespace/name"``) has lockd refuse with ClassMismatch
                 when the key is another class's.
-            timeout: bounds the whole call (default: ``wait`` + 10 s).
+            timeout: bounds the whole call (default: ``wait`` + 10 s); an
+                acquire or release of the key already in flight on this
+                session that outlasts it raises TimeoutError (nothing sent).
 
         Acquiring a key this client holds on the same session returns a new
         Lock for the same hold without calling lockd. A refusal raises its

@@ -71,9 +71,9 @@ def test_the_class_and_its_ttl_are_taken_from_the_key(clients, fast_key, key):
     c = clients()
     with c.lock(fast_key, on_fence=never) as fast, c.lock(key, on_fence=never) as std:
         assert fast.lock_class == "t/fast"
-        assert FAST_TTL - 2 < fast.remaining_ttl() <= FAST_TTL - 1
+        assert FAST_TTL - 3 < fast.remaining_ttl() <= FAST_TTL - 1
         assert std.lock_class == "t/std"
-        assert 13 < std.remaining_ttl() <= 14
+        assert 12 < std.remaining_ttl() <= 14
         assert fast.deadline == pytest.approx(time.monotonic() + fast.remaining_ttl(), abs=0.05)
 
 
@@ -139,7 +139,7 @@ def test_drain_at_the_first_failed_keepalive_then_fence_at_the_send_time_deadlin
         assert got is lock and isinstance(lock.error, errors.DeadlinePassed)
         assert thread is not threading.main_thread()
         # Every keepalive answered was sent before the stall.
-        assert at <= stalled + FAST_TTL - 1 + 0.15, f"fenced {at - stalled:.2f}s after the stall"
+        assert at <= stalled + FAST_TTL - 1 + 0.5, f"fenced {at - stalled:.2f}s after the stall"
         assert at >= lock.deadline - 0.01
         assert drained < at
         assert lock.state() is lockd.State.ENDED and not lock.can_start() and lock.remaining_ttl() == 0
