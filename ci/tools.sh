@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs the servers the tests start for real, once per machine:
 #   - Debian packages: iproute2, postgresql, redis-server, prometheus,
-#     prometheus-alertmanager (amtool), clickhouse-server and clickhouse-client
+#     prometheus-alertmanager (amtool), clickhouse-server and clickhouse-client;
+#     for the Python client (clients/python) and its stubs: python3-grpcio,
+#     python3-protobuf, python3-pytest, python3-pyflakes, protobuf-compiler
+#     (protoc), libprotobuf-dev (the well-known types protoc imports) and
+#     protobuf-compiler-grpc (grpc_python_plugin). The Python modules are
+#     checked with /usr/bin/python3, the interpreter Debian installs them for
+#     (the repository's .python-version picks it under pyenv).
 #   - Gitea v1.26.0 built from the Go module proxy into $LOCKD_TOOLS/bin/gitea
 #     (about 12 minutes cold, cached after that; the tests find it there)
 #   - MinIO (latest) built with go install into $LOCKD_TOOLS/bin/minio
@@ -24,6 +30,13 @@ apt_packages() {
   command -v prometheus >/dev/null || need+=(prometheus)
   command -v amtool >/dev/null || need+=(prometheus-alertmanager)
   command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server clickhouse-client)
+  command -v protoc >/dev/null || need+=(protobuf-compiler)
+  [ -f /usr/include/google/protobuf/duration.proto ] || need+=(libprotobuf-dev)
+  command -v grpc_python_plugin >/dev/null || need+=(protobuf-compiler-grpc)
+  command -v pytest-3 >/dev/null || need+=(python3-pytest)
+  /usr/bin/python3 -c 'import grpc' 2>/dev/null || need+=(python3-grpcio)
+  /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null || need+=(python3-protobuf)
+  /usr/bin/python3 -c 'import pyflakes' 2>/dev/null || need+=(python3-pyflakes)
   if [ ${#need[@]} -gt 0 ]; then
     echo "apt: installing ${need[*]}"
     apt-get update -qq
