@@ -714,9 +714,16 @@ func (c *cell) release(ctx context.Context, session int64, key string, tok uint6
 		if ep != st.epoch {
 			return false, ErrStaleToken
 		}
-		// own are the hold's compares; a handoff's transaction, sent
-		// alone, adds the epoch record's (a batch compares it once).
+		// own are the hold's compares: this grant of the key (its
+		// revision, which the token carries) on this session. A release
+		// retried after its answer was lost must never free a newer grant
+		// of the key, the same session's included. A handoff's
+		// transaction, sent alone, adds the epoch record's (a batch
+		// compares it once).
 		own := []*pb.Compare{etcdop.Modified(hk, rev), etcdop.Lease(hk, session)}
+		if releaseByKey {
+			own = own[1:]
+		}
 		cmp := append(slices.Clip(own), etcdop.Modified(epochKey, st.modRev))
 		if done, err := c.durables.handoff(ctx, key, hk, cmp, st, session, rev); done {
 			return err == nil, err

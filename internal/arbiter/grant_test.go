@@ -260,6 +260,45 @@ func TestReleaseComparesSessionAndToken(t *testing.T) {
 	}
 }
 
+// TestARetriedReleaseNeverFreesTheSameSessionsNewerGrant: a release whose
+// answer was lost, sent again after the same session released the key and
+// was granted it again (etcd#22082's shape), is refused: the release
+// compares the hold's revision, so it never frees the newer grant. With the
+// gate's broken build (-tags gate_broken_release, which releases by key) it
+// frees it.
+func TestARetriedReleaseNeverFreesTheSameSessionsNewerGrant(t *testing.T) {
+	env := lockdtest.Start(t, lockdtest.Options{})
+	alice, _ := env.Raw(t, lockdtest.Alice)
+	sa := openSession(t, alice, 15*time.Second)
+	const key = "t/retried"
+	first, err := acquire(t.Context(), alice, sa, key, "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := func(tok uint64) (*lockv1.ReleaseResponse, error) {
+		return alice.Release(t.Context(), &lockv1.ReleaseRequest{SessionId: sa, Key: key, Token: tok})
+	}
+	if r, err := rel(first.GetToken().GetValue()); err != nil || !r.GetReleased() {
+		t.Fatalf("release: %v %v", r, err)
+	}
+	second, err := acquire(t.Context(), alice, sa, key, "std", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first release, retried: its answer was lost.
+	r, err := rel(first.GetToken().GetValue())
+	if err == nil && r.GetReleased() {
+		t.Fatalf("the retried release of token %d freed the newer grant (token %d)", first.GetToken().GetValue(), second.GetToken().GetValue())
+	}
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retried release: %v %v, want FailedPrecondition (a stale token)", r, err)
+	}
+	got, err := env.Backend.Client.Get(t.Context(), "/l/"+key)
+	if err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != second.GetToken().GetRevision() {
+		t.Fatalf("the newer grant is gone after a refused retry: %v %v", got, err)
+	}
+}
+
 func TestBadInputsAreInvalidArgumentNamingTheRule(t *testing.T) {
 	env := lockdtest.Start(t, lockdtest.Options{})
 	alice, _ := env.Raw(t, lockdtest.Alice)

@@ -59,6 +59,10 @@ type Lock struct {
 	err     error // guarded by s.mu: why this Lock ended; nil while held
 }
 
+// Session is the ID of the session (lockd's lease) the hold is on: what
+// lockd's Inspect and ListSessions show for it. For diagnostics and tests.
+func (l *Lock) Session() int64 { return l.s.id }
+
 // Key is the locked key.
 func (l *Lock) Key() string { return l.h.key }
 

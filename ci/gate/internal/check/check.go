@@ -128,6 +128,11 @@ type Result struct {
 	Losts    int `json:"losts"`
 	// Unprotected counts unprotected grants (token 0, without quorum).
 	Unprotected int `json:"unprotected"`
+	// RetriedReleases counts releases of an earlier grant sent again while
+	// the same session held the key anew, and RetriesRefused those lockd
+	// refused; one that freed the newer grant is a violation.
+	RetriedReleases int `json:"retried_releases,omitempty"`
+	RetriesRefused  int `json:"retries_refused,omitempty"`
 	// QuorumLoss is the check of grants against the quorum-loss outages.
 	QuorumLoss QuorumResult `json:"quorum_loss"`
 	// Revokes is the check of force-releases that revoked the session.
@@ -217,6 +222,15 @@ func Run(ops []history.Op, opt Options) (Result, error) {
 			res.Losts++
 		case history.Unprotected:
 			res.Unprotected++
+		case history.RetryRelease:
+			res.RetriedReleases++
+			switch op.Outcome {
+			case history.Ok:
+				res.RetriesRefused++
+			case history.Fail:
+				res.Violations++
+				res.Details = append(res.Details, fmt.Sprintf("%s: %s (worker %d)", op.Key, op.Err, op.Worker))
+			}
 		}
 		if op.Outcome == history.Unknown {
 			res.Unknown++

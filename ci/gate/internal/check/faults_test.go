@@ -89,3 +89,25 @@ func TestSupervisedChildGoneBeforeTheNextHolderWrites(t *testing.T) {
 		t.Fatalf("a forced hold's late child: %+v %v; want it left out of the gone check", res, err)
 	}
 }
+
+// TestARetriedReleaseThatFreedANewerGrantIsAViolation: a release of an
+// earlier grant sent again while the same session holds the key anew is
+// counted; refused, it passes; answered released, it is a violation.
+func TestARetriedReleaseThatFreedANewerGrantIsAViolation(t *testing.T) {
+	base := []history.Op{
+		acq(1, "k", t1(10), history.Ok, 0, 10),
+		rel(1, "k", t1(10), history.Ok, 12, 15),
+		acq(1, "k", t1(20), history.Ok, 16, 18),
+		tokOp(1, history.RetryRelease, "k", t1(10), 19, 21), // refused: a stale token
+		rel(1, "k", t1(20), history.Ok, 22, 24),
+	}
+	if res, err := Run(base, Options{}); err != nil || !res.Passed() || res.RetriedReleases != 1 || res.RetriesRefused != 1 {
+		t.Fatalf("a refused retried release: %+v %v; want it to pass, counted", res, err)
+	}
+	freed := append([]history.Op(nil), base...)
+	freed[3].Outcome = history.Fail
+	freed[3].Err = "the retried release of token 10 freed the session's newer grant (token 20)"
+	if res, _ := Run(freed, Options{}); res.Passed() || res.RetriesRefused != 0 {
+		t.Fatalf("a retried release that freed the newer grant: %+v; want a violation", res)
+	}
+}

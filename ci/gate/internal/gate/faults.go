@@ -42,12 +42,18 @@ const (
 	// the key they hold again from a second goroutine, racing their own
 	// release; the count is the re-entries that happened.
 	KindReentrant = "reentrant"
+	// KindRetriedRelease is not scheduled: with it, workers sometimes take
+	// again the key they released last, on the same session, and send the
+	// earlier release again, as a client whose release's answer was lost
+	// would (etcd#22082's shape); lockd must refuse it. The count is the
+	// retried releases that were sent.
+	KindRetriedRelease = "retried-release"
 )
 
 // Kinds lists every fault kind, in the order "all" means.
 var Kinds = append([]string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
 	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
-	KindClassReload, KindTailerKill, KindReentrant, KindQuorumLoss}, MoveKinds...)
+	KindClassReload, KindTailerKill, KindReentrant, KindRetriedRelease, KindQuorumLoss}, MoveKinds...)
 
 // All is what --faults all means: every kind but quorum-loss, which needs
 // the open keys (--open-keys) and runs on its own, and but the move
@@ -58,7 +64,7 @@ func All() []string {
 
 // scheduled reports whether the schedule injects kind (rather than the
 // workers doing it all along).
-func scheduled(kind string) bool { return kind != KindReentrant }
+func scheduled(kind string) bool { return kind != KindReentrant && kind != KindRetriedRelease }
 
 // inject runs the fault schedule until the run's duration is over: kinds
 // in a seeded shuffle, round robin so every kind comes up, with quiet gaps.

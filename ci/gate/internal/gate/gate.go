@@ -88,6 +88,10 @@ type Options struct {
 	// BrokenShard builds lockd granting on an entity shard without the
 	// shard map fence (control for the map-stall fault).
 	BrokenShard bool
+	// BrokenRelease builds lockd releasing by key: a release compares only
+	// the session, not the hold's revision (tag gate_broken_release), so a
+	// retried release frees the session's newer grant.
+	BrokenRelease bool
 	// BrokenBatch builds lockd committing every part of a group commit but
 	// the first without its own compares (control for the batch).
 	BrokenBatch bool
@@ -316,6 +320,8 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		tags += ",gate_broken_shard"
 	case o.BrokenBatch:
 		tags += ",gate_broken_batch"
+	case o.BrokenRelease:
+		tags += ",gate_broken_release"
 	}
 	args := []string{"build", "-tags", tags, "-o", lockd, "github.com/lockd-dev/lockd/cmd/lockd"}
 	r.logf("gate: go %s", strings.Join(args, " "))
@@ -478,6 +484,9 @@ func (r *run) setup(ctx context.Context, s *Summary) error {
 		case slices.Contains(o.Faults, KindReentrant):
 			w.Args = append(w.Args, "--reentrant")
 		}
+		if slices.Contains(o.Faults, KindRetriedRelease) && !childWorker(i) {
+			w.Args = append(w.Args, "--retry-release")
+		}
 		if err := w.Start(); err != nil {
 			return err
 		}
@@ -600,6 +609,11 @@ func (r *run) verdict(s *Summary) error {
 		s.FaultKinds[KindReentrant] = res.Reenters
 		s.Faults += res.Reenters
 	}
+	retried := slices.Contains(r.o.Faults, KindRetriedRelease)
+	if retried {
+		s.FaultKinds[KindRetriedRelease] = res.RetriedReleases
+		s.Faults += res.RetriedReleases
+	}
 	fb, _ := json.MarshalIndent(r.faults, "", "  ")
 	_ = os.WriteFile(filepath.Join(r.dir, "faults.json"), fb, 0o644)
 	ares, err := r.auditVerdict(context.Background(), ops)
@@ -662,6 +676,8 @@ func (r *run) verdict(s *Summary) error {
 	case quorumRun && (q.MismatchesInside == 0 || q.MismatchesOutside == 0):
 		verr = fmt.Errorf("%w: acquires naming a class that does not own the key, refused: %d without quorum, %d with; each needs one",
 			ErrTooLittle, q.MismatchesInside, q.MismatchesOutside)
+	case retried && res.RetriesRefused == 0:
+		verr = fmt.Errorf("%w: %d retried releases and none refused: a release retried after the same session took the key again was not checked", ErrTooLittle, res.RetriedReleases)
 	case s.Line.Contested == 0:
 		verr = fmt.Errorf("%w: no durable key was granted with waiters in line: the durable-line check checked nothing", ErrTooLittle)
 	case !ares.Passed():

@@ -77,6 +77,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Clusters, "clusters", 2, "etcd clusters: 2 splits the tiers (the durable class's keys are the coord tier's, on a cluster of their own), 1 serves both tiers from one")
 	fs.IntVar(&o.Shards, "shards", 0, "clusters serving the entity tier with --clusters 2: 1, or 3 (the entity cluster and shard-2 in the first map, shard-3 added by the first move); default 3 when a move fault is asked for, else 1")
 	fs.BoolVar(&o.BrokenShard, "broken-shard", false, "build lockd granting on an entity shard without the shard map fence (control for the map-stall fault)")
+	fs.BoolVar(&o.BrokenRelease, "broken-release", false, "build lockd releasing by key, not by the hold's revision (control for the retried release: a retried release frees the same session's newer grant)")
 	fs.BoolVar(&o.BrokenBatch, "broken-batch", false, "build lockd committing every grant and release of a batch but the first without its own compares (control for the group commit)")
 	fs.IntVar(&o.OpenKeys, "open-keys", 0, "more keys, under an efficiency class open on quorum loss (for the quorum-loss fault)")
 	fs.StringVar(&o.Store, "store", "auto", "fenced store: postgres, memory, or auto (postgres when installed)")
@@ -210,6 +211,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "class mismatches refused: %d without quorum, %d with quorum (%d denied during a class-reload)\n",
 		q.MismatchesInside, q.MismatchesOutside, q.MismatchesExcused)
+	if s.Check.RetriedReleases > 0 {
+		fmt.Fprintf(stdout, "retried releases: %d sent after the same session took the key again, %d refused\n",
+			s.Check.RetriedReleases, s.Check.RetriesRefused)
+	}
 	for _, k := range Kinds {
 		if n := s.FaultKinds[k]; n > 0 {
 			fmt.Fprintf(stdout, "  fault %-22s x%d\n", k, n)

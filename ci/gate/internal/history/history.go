@@ -77,11 +77,15 @@ const (
 	// refused it for another reason (Reason), or, with no Reason, granted
 	// it (Token; the worker releases it at once). Unknown: no answer.
 	Mismatch Kind = "mismatch"
+	// RetryRelease is a release of an earlier grant sent again after the
+	// same session holds the key anew (Token is the earlier grant's): ok
+	// when lockd refused it, failed when it freed the newer grant.
+	RetryRelease Kind = "retry-release"
 )
 
 // Kinds lists every operation kind.
 var Kinds = []Kind{Acquire, Check, Read, Write, Release, Reenter, Unhold, Force, Lost, Gone,
-	Unprotected, UnprotectedCheck, UnprotectedRelease, Mismatch}
+	Unprotected, UnprotectedCheck, UnprotectedRelease, Mismatch, RetryRelease}
 
 // Instant records an operation that happens at one moment (Call = Return).
 func (r *Recorder) Instant(kind Kind, key string, tok uint64, note string) {

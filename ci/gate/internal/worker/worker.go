@@ -43,6 +43,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/childproc"
 	"github.com/lockd-dev/lockd/internal/cmd/lockctl/lock"
 	"github.com/lockd-dev/lockd/pkg/client"
+	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
 
 // Announcements on stdout. AboutToWrite comes just after a holder's
@@ -77,6 +78,11 @@ type Options struct {
 	Wait         time.Duration
 	Child        bool // run each unit of work as a supervised child process
 	Reentrant    bool // sometimes re-acquire the held key from a second goroutine
+	// RetryRelease: after taking a key again on the session that released
+	// it, sometimes send that earlier release again, as a client would
+	// whose release's answer was lost (etcd#22082's shape). lockd must
+	// refuse it: it must never free the newer grant.
+	RetryRelease bool
 	// Straddle takes a second key every in-process round and holds both
 	// for straddleRounds rounds or more: with the tiers split, a durable key and a
 	// fenced one are on two clusters, and a fault of one must fence only
@@ -103,6 +109,7 @@ func Run(args []string) error {
 	fs.DurationVar(&o.Wait, "wait", 3*time.Second, "acquire wait")
 	fs.BoolVar(&o.Child, "child", false, "run each unit of work as a supervised child")
 	fs.BoolVar(&o.Reentrant, "reentrant", false, "sometimes re-acquire the held key from a second goroutine")
+	fs.BoolVar(&o.RetryRelease, "retry-release", false, "after taking a key again on the same session, sometimes send its earlier release again")
 	fs.BoolVar(&o.Straddle, "straddle", false, "take a second key every round and hold both long (keys on two clusters when the tiers are split)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -192,7 +199,22 @@ type worker struct {
 	// until then, or until an outcome is unknown again (quorum may be lost
 	// again: open keys are then what the gate wants asked for).
 	openAfter time.Time
+	// released is the last release each key had on this worker's
+	// session, for RetryRelease; lastKey the key released last.
+	released map[string]releasedHold
+	lastKey  string
 }
+
+// releasedHold is one hold the worker released: its session and token.
+type releasedHold struct {
+	session int64
+	token   uint64
+}
+
+// retryOdds: with RetryRelease, one round in retryOdds takes again the key
+// released last (so that the same session holds it again), and one grant in
+// retryOdds of a key the session released before sends that release again.
+const retryOdds = 2
 
 // openBackoff is how long a worker leaves open keys alone after lockd
 // answered OPEN_GRACE: the grace lasts the open class's TTL, and every
@@ -219,7 +241,8 @@ func (o Options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w := &worker{o: o, rnd: rand.New(rand.NewPCG(o.Seed, uint64(o.ID))), rec: rec, reg: reg, out: bufio.NewWriter(os.Stdout), exe: exe}
+	w := &worker{o: o, rnd: rand.New(rand.NewPCG(o.Seed, uint64(o.ID))), rec: rec, reg: reg, out: bufio.NewWriter(os.Stdout), exe: exe,
+		released: map[string]releasedHold{}}
 	defer func() {
 		if w.cli != nil {
 			_ = w.cli.Close()
@@ -329,6 +352,9 @@ func (w *worker) round(ctx context.Context) error {
 		return err
 	}
 	key := w.o.Keys[w.rnd.IntN(len(w.o.Keys))]
+	if w.o.RetryRelease && w.lastKey != "" && w.rnd.IntN(retryOdds) == 0 {
+		key = w.lastKey
+	}
 	n := len(w.o.OpenKeys)
 	pickOpen := w.rnd.IntN(len(w.o.Keys)+n) < n // every key alike
 	odds := mismatchOdds
@@ -379,6 +405,9 @@ func (w *worker) round(ctx context.Context) error {
 		w.childUnit(ctx, l, key, fence)
 		w.release(l, key, history.Release)
 		return nil
+	}
+	if prev, ok := w.released[key]; ok && w.o.RetryRelease && prev.session == l.Session() && prev.token != tok && w.rnd.IntN(retryOdds) == 0 {
+		w.retryRelease(cli, key, prev, tok)
 	}
 	var second sync.WaitGroup
 	releaseKind := history.Release
@@ -556,6 +585,31 @@ func (w *worker) reenter(ctx context.Context, cli *client.Client, key string, he
 	w.release(l, key, kind)
 }
 
+// retryRelease sends again the release of prev, an earlier grant of key on
+// the session that now holds key with token now, as a client whose
+// release's answer was lost would. lockd must refuse it (a stale token):
+// the op fails, a violation, if lockd says it released anything.
+func (w *worker) retryRelease(cli *client.Client, key string, prev releasedHold, now uint64) {
+	op := w.rec.Begin(history.RetryRelease, key, prev.token, 0)
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	resp, err := cli.LockService().Release(rctx, &lockv1.ReleaseRequest{SessionId: prev.session, Key: key, Token: prev.token})
+	cancel()
+	err = client.Decode(err)
+	switch {
+	case err == nil && resp.GetReleased():
+		op.Err = fmt.Sprintf("the retried release of token %d freed the session's newer grant (token %d)", prev.token, now)
+		w.rec.End(op, history.Fail)
+	case err == nil, client.Definite(err):
+		if err != nil {
+			op.Err, op.Reason = err.Error(), client.Reason(err)
+		}
+		w.rec.End(op, history.Ok)
+	default:
+		op.Err = err.Error()
+		w.rec.End(op, history.Unknown)
+	}
+}
+
 // release records and runs one release of l.
 func (w *worker) release(l *client.Lock, key string, kind history.Kind) {
 	op := w.rec.Begin(kind, key, l.Token(), 0)
@@ -569,6 +623,9 @@ func (w *worker) release(l *client.Lock, key string, kind history.Kind) {
 		}
 		w.rec.End(op, history.Ok)
 	case err == nil && held:
+		if kind == history.Release {
+			w.released[key], w.lastKey = releasedHold{session: l.Session(), token: l.Token()}, key
+		}
 		w.rec.End(op, history.Ok)
 	case err == nil, client.Definite(err), errors.Is(err, client.ErrExpired), errors.Is(err, client.ErrDeadline),
 		errors.Is(err, client.ErrClosed), errors.Is(err, client.ErrEpoch), errors.Is(err, client.ErrForced),
