@@ -215,6 +215,19 @@ func (p *fileParser) split(data []byte) []document {
 				Rule: `document markers must be lines containing exactly "---"`, ID: RuleSchema})
 			l = ""
 		}
+		if body := l; strings.Contains(body, "\r") {
+			if i < len(lines)-1 {
+				body = strings.TrimSuffix(l, "\r") // CRLF
+			}
+			if strings.Contains(body, "\r") {
+				// YAML reads a lone carriage return as a line break, so
+				// every line number after it would differ from the one a
+				// reviewer sees in the pull request: refuse the line.
+				p.problems = append(p.problems, Problem{File: p.path, Line: i + 1,
+					Rule: `a carriage return not followed by a newline: save the file with LF (or CRLF) line endings`, ID: RuleSchema})
+				l = ""
+			}
+		}
 		cur.lines = append(cur.lines, l)
 	}
 	flush()

@@ -379,3 +379,23 @@ func TestZeroNowSkipsWaiverExpiry(t *testing.T) {
 	_, _, problems = ParseFile("f.yaml", []byte(doc), "payments", testNow)
 	require.Len(t, problems, 1)
 }
+
+// Found by FuzzParseLocatesEveryProblem: YAML reads a lone carriage return
+// as a line break, so a problem after one named a line the file (as Gitea
+// shows it) does not have.
+func TestALoneCarriageReturnIsRefusedAtItsLine(t *testing.T) {
+	data := classYAML("a", "ttl: 2s\rpurpose: speed") + "\r\"\n"
+	lines := strings.Count(data, "\n")
+	_, _, problems := ParseFile("cr.yaml", []byte(data), "payments", testNow)
+	require.NotEmpty(t, problems)
+	for _, p := range problems {
+		require.LessOrEqual(t, p.Line, lines, "%v names a line past the end of a %d-line file", p, lines)
+	}
+	var cr []int
+	for _, p := range problems {
+		if strings.Contains(p.Rule, "carriage return") {
+			cr = append(cr, p.Line)
+		}
+	}
+	require.Equal(t, []int{9, lines}, cr)
+}
