@@ -157,6 +157,13 @@ func reviewCodeowners(t *Tree) []Problem {
 			Rule: fmt.Sprintf("no CODEOWNERS file (Gitea reads %s at the root of the class repository): add one with an entry per namespace folder",
 				strings.Join(CodeownersPaths, ", "))}}
 	}
+	rules, ps := parseCodeowners(path, data)
+	return append(ps, codeownersProblems(path, rules, t.Namespaces)...)
+}
+
+// parseCodeowners reads the rules of the CODEOWNERS file path, which holds
+// data, and the problems of its lines.
+func parseCodeowners(path string, data []byte) ([]codeownersRule, []Problem) {
 	var (
 		ps    []Problem
 		rules []codeownersRule
@@ -180,7 +187,13 @@ func reviewCodeowners(t *Tree) []Problem {
 		}
 		rules = append(rules, codeownersRule{re: re, negated: negated, owners: len(fields) - 1})
 	}
-	for _, ns := range t.Namespaces {
+	return rules, ps
+}
+
+// codeownersProblems are the namespace folders no rule is about.
+func codeownersProblems(path string, rules []codeownersRule, namespaces []string) []Problem {
+	var ps []Problem
+	for _, ns := range namespaces {
 		if !codeownersCovers(rules, ns) {
 			ps = append(ps, Problem{File: path, ID: RuleCodeowners,
 				Rule: fmt.Sprintf("namespace folder %s/ has no CODEOWNERS entry of its own: add a line such as `%s/.* @%s-owners` so the namespace's owners review its classes", ns, regexp.QuoteMeta(ns), ns)})
