@@ -149,8 +149,11 @@ type Summary struct {
 	// GrantsClosed up to twice --duration).
 	Ran string `json:"ran"`
 	// MinGrants is the floor the run was held to.
-	MinGrants int          `json:"minGrants"`
-	Check     check.Result `json:"check"`
+	MinGrants int `json:"minGrants"`
+	// Windows is the work done inside the fault windows; a long window
+	// with no grant fails the run (see WindowFloor).
+	Windows WindowWork   `json:"windows"`
+	Check   check.Result `json:"check"`
 	// Audit is the audit check: the history against what was observed.
 	Audit auditcheck.Result `json:"audit"`
 	// Line is the durable-line check on etcd's own history.
@@ -186,12 +189,12 @@ type run struct {
 	records  map[string][]uint32
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
-	tailers  []*tailer         // the audit tailers (lockd audit)
-	workers  []*proc.Proc
-	storeURL string
-	rec      *history.Recorder // the gate's own operations (force-releases)
-	grantOf  []string          // each worker's identity, for the class files
-	openKeys []string          // the keys of the open class
+	tailers    []*tailer // the audit tailers (lockd audit)
+	workers    []*proc.Proc
+	storeURL   string
+	rec        *history.Recorder // the gate's own operations (force-releases)
+	grantOf    []string          // each worker's identity, for the class files
+	openKeys   []string          // the keys of the open class
 
 	stopPG  func() error
 	stopMem func()
@@ -633,6 +636,7 @@ func (r *run) verdict(s *Summary) error {
 		s.Split = &split
 	}
 
+	s.Windows = windowWork(ops, r.faults)
 	closed := grantsClosed(r.faults, r.start, r.end)
 	s.GrantsClosed = closed.Round(time.Second).String()
 	s.Ran = time.Duration(r.end - r.start).Round(time.Second).String()
@@ -682,6 +686,9 @@ func (r *run) verdict(s *Summary) error {
 		verr = fmt.Errorf("%w: no durable key was granted with waiters in line: the durable-line check checked nothing", ErrTooLittle)
 	case !ares.Passed():
 		verr = fmt.Errorf("%w: the audit history: %d problems, the first: %s", ErrViolation, len(ares.Problems), ares.Problems[0])
+	case len(s.Windows.Idle) > 0:
+		verr = fmt.Errorf("%w: %d fault windows of %s or more open for grants granted nothing, the first: %s",
+			ErrTooLittle, len(s.Windows.Idle), WindowFloor, s.Windows.Idle[0])
 	case res.Grants < s.MinGrants:
 		verr = fmt.Errorf("%w: %d grants, at least %d needed (one per second of the run outside the %s closed by restores and rebuilds)",
 			ErrTooLittle, res.Grants, s.MinGrants, s.GrantsClosed)

@@ -152,6 +152,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "ops=%d grants=%d writes=%d accepted=%d rejected=%d unknown=%d faults=%d violations=%d seed=%d store=%s fencing=%v\n",
 		c.Ops, c.Grants, c.Writes, c.Accepted, c.Rejected, c.Unknown, s.Faults, c.Violations, s.Seed, s.Store, s.Fencing)
 	fmt.Fprintf(stdout, "run %s, of which grants closed by design %s; floor %d grants\n", s.Ran, s.GrantsClosed, s.MinGrants)
+	if len(s.Windows.Kinds) > 0 {
+		fmt.Fprintf(stdout, "grants inside fault windows (floor: one per window open %s or more): %s\n", WindowFloor, s.Windows)
+	}
 	a := s.Audit
 	fmt.Fprintf(stdout, "audit: rows=%d grants=%d releases=%d forces=%d checked (%d revoking the session, ending %d other holds), shard moves noted %d, lost with the store=%d (advances %d), problems=%d\n",
 		a.Rows, a.Grants, a.Releases, a.Forces, a.Revokes, a.RevokedHolds, a.ByKind[string(audit.KindMove)], a.RolledBack, a.AdvancesLost, len(a.Problems))
