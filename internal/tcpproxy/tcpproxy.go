@@ -1,13 +1,14 @@
 // Package tcpproxy is a loopback TCP proxy for fault tests: it forwards
 // connections to a target and can stall either direction (the bytes are
-// held, the connections stay open, like a black-holed path), reset every
+// held, the connections stay open, like a black-holed path), delay either
+// direction (a slow link, with jitter, bytes kept in order), reset every
 // open connection, or accept new connections and never answer them (a
 // stopped server's listen backlog, an L4 balancer with no ready backend).
 package tcpproxy
 
 import (
-	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -34,6 +35,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	stalled Direction
+	delays  [2]delay // by direction: ToTarget, ToClient
 	hang    bool
 	conns   map[net.Conn]struct{}
 	closed  bool
@@ -61,6 +63,24 @@ func (p *Proxy) Stall(dir Direction) {
 	p.mu.Unlock()
 }
 
+// delay is a direction's added latency: each read chunk is written d plus
+// up to jitter after it was read, never before an earlier chunk.
+type delay struct{ d, jitter time.Duration }
+
+// Delay holds every chunk of bytes going in dir for d plus a random part
+// of jitter before writing it on, keeping their order: a slow link, one
+// way or both, on open and new connections alike. Delay(dir, 0, 0) or
+// Resume ends it.
+func (p *Proxy) Delay(dir Direction, d, jitter time.Duration) {
+	p.mu.Lock()
+	for i, one := range []Direction{ToTarget, ToClient} {
+		if dir&one != 0 {
+			p.delays[i] = delay{d, jitter}
+		}
+	}
+	p.mu.Unlock()
+}
+
 // Hang makes new connections hang: accepted, never forwarded or answered.
 // Existing connections are untouched (Reset them to force reconnects).
 func (p *Proxy) Hang() {
@@ -69,10 +89,11 @@ func (p *Proxy) Hang() {
 	p.mu.Unlock()
 }
 
-// Resume forwards again in both directions and connects new connections.
+// Resume forwards again in both directions without delay, and connects new
+// connections.
 func (p *Proxy) Resume() {
 	p.mu.Lock()
-	p.stalled, p.hang = 0, false
+	p.stalled, p.hang, p.delays = 0, false, [2]delay{}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -169,26 +190,61 @@ func (p *Proxy) drain(c net.Conn) {
 	p.untrack(c)
 }
 
+// chunk is bytes read from one side, to be written to the other at due.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies src to dst: one goroutine reads (and waits out a stall),
+// another writes each chunk at its due time, so a delay holds bytes back
+// without slowing the reads.
 func (p *Proxy) pipe(dst, src net.Conn, dir Direction) {
 	defer p.untrack(dst)
 	defer p.untrack(src)
-	buf := make([]byte, 32<<10)
+	i := 0
+	if dir == ToClient {
+		i = 1
+	}
+	chunks := make(chan chunk, 256)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for c := range chunks {
+			if wait := time.Until(c.due); wait > 0 {
+				time.Sleep(wait)
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				_ = src.Close() // the reader stops too
+				for range chunks {
+				}
+				return
+			}
+		}
+	}()
+	defer func() { close(chunks); <-written }()
+	var last time.Time
 	for {
+		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		p.mu.Lock()
 		for p.stalled&dir != 0 && !p.closed {
 			p.cond.Wait()
 		}
+		dl := p.delays[i]
 		p.mu.Unlock()
 		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			due := time.Now().Add(dl.d)
+			if dl.jitter > 0 {
+				due = due.Add(rand.N(dl.jitter))
 			}
+			if due.Before(last) {
+				due = last // in order
+			}
+			last = due
+			chunks <- chunk{b: buf[:n], due: due}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				return
-			}
 			return
 		}
 	}
