@@ -13,6 +13,7 @@ import (
 	"github.com/lockd-dev/lockd/ci/gate/internal/history"
 	"github.com/lockd-dev/lockd/ci/internal/cluster"
 	"github.com/lockd-dev/lockd/ci/internal/proc"
+	"github.com/lockd-dev/lockd/internal/tcpproxy"
 	"github.com/lockd-dev/lockd/pkg/client"
 	lockv1 "github.com/lockd-dev/lockd/proto/lock/v1"
 )
@@ -38,6 +39,13 @@ const (
 	// must grant nothing meanwhile, open ones only unprotected grants, each
 	// in the history afterwards. Not in "all" (see Options.OpenKeys).
 	KindQuorumLoss = check.KindQuorumLoss
+	// KindLinkDelay slows the link between the workers and one arbiter
+	// (the proxy they dial), in turn both ways by tens to hundreds of
+	// milliseconds with jitter, then one way: the arbiter's answers alone,
+	// keepalive answers among them, by more than the client's fence
+	// margin, so a deadline taken from an answer's arrival instead of its
+	// request's sending would outlive the lease.
+	KindLinkDelay = "link-delay"
 	// KindReentrant is not scheduled: with it, workers sometimes acquire
 	// the key they hold again from a second goroutine, racing their own
 	// release; the count is the re-entries that happened.
@@ -53,7 +61,7 @@ const (
 // Kinds lists every fault kind, in the order "all" means.
 var Kinds = append([]string{KindMemberKillLeader, KindMemberKillFollower, KindLeaderIsolate, KindLeaderPause,
 	KindWorkerPause, KindArbiterKill, KindRestore, KindArbiterStop, KindStoreRebuild, KindForceRelease,
-	KindClassReload, KindTailerKill, KindReentrant, KindRetriedRelease, KindQuorumLoss}, MoveKinds...)
+	KindClassReload, KindTailerKill, KindLinkDelay, KindReentrant, KindRetriedRelease, KindQuorumLoss}, MoveKinds...)
 
 // All is what --faults all means: every kind but quorum-loss, which needs
 // the open keys (--open-keys) and runs on its own, and but the move
@@ -178,6 +186,8 @@ func (r *run) needs(kind string) time.Duration {
 		return 10 * time.Second
 	case KindClassReload:
 		return 7 * time.Second
+	case KindLinkDelay:
+		return linkDelayFor + time.Second
 	case KindQuorumLoss:
 		return r.outage() + outageJitter + 6*time.Second // and the restart
 	case KindShardMove, KindMapStall, KindControllerKill:
@@ -271,6 +281,8 @@ func (r *run) fault(ctx context.Context, kind string) error {
 		err = r.classReload(ctx, &f)
 	case KindQuorumLoss:
 		err = r.quorumLoss(&f, c)
+	case KindLinkDelay:
+		r.linkDelay(&f)
 	case KindShardMove, KindControllerKill, KindMapStall, KindDrainQuorumLoss:
 		err = r.move(ctx, &f, kind)
 	default:
@@ -623,4 +635,33 @@ func (r *run) classReload(ctx context.Context, f *history.Fault) error {
 	}
 	f.Note = fmt.Sprintf("ttl %s -> %s and the grant of %s removed, then restored", TTL, LowTTL, r.workers[drop].Name)
 	return r.writeClasses(TTL, -1)
+}
+
+// linkDelayFor is how long a link-delay lasts: several keepalive rounds of
+// the gate's classes (TTL/3 apart).
+const linkDelayFor = 8 * time.Second
+
+// linkDelay slows the link to one arbiter for linkDelayFor: odd
+// injections both ways by 50 to 300 ms plus up to 100 ms of jitter (a
+// congested path), even ones the answers alone by 1.2 to 1.8 s plus up to
+// 300 ms (over the client's one-second fence margin, under a keepalive
+// interval: every answer comes late, and the next request is sent before
+// it arrives).
+func (r *run) linkDelay(f *history.Fault) {
+	r.mu.Lock()
+	r.linkDelays++
+	n := r.linkDelays
+	r.mu.Unlock()
+	i := r.rnd.IntN(len(r.proxies))
+	p := r.proxies[i]
+	dir, d, jitter := tcpproxy.Both, time.Duration(50+r.rnd.IntN(250))*time.Millisecond, 100*time.Millisecond
+	f.Note = fmt.Sprintf("both ways %s + up to %s", d, jitter)
+	if n%2 == 0 {
+		dir, d, jitter = tcpproxy.ToClient, time.Duration(1200+r.rnd.IntN(600))*time.Millisecond, 300*time.Millisecond
+		f.Note = fmt.Sprintf("answers only %s + up to %s", d, jitter)
+	}
+	f.Target, f.Start = r.arbiters[i%len(r.arbiters)].Name, history.Now()
+	p.Delay(dir, d, jitter)
+	time.Sleep(linkDelayFor)
+	p.Delay(tcpproxy.Both, 0, 0)
 }

@@ -189,6 +189,8 @@ type run struct {
 	records  map[string][]uint32
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
+	// linkDelays counts the link-delay faults injected (they alternate).
+	linkDelays int
 	tailers    []*tailer // the audit tailers (lockd audit)
 	workers    []*proc.Proc
 	storeURL   string
