@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -44,7 +45,9 @@ const (
 	// milliseconds with jitter, then one way: the arbiter's answers alone,
 	// keepalive answers among them, by more than the client's fence
 	// margin, so a deadline taken from an answer's arrival instead of its
-	// request's sending would outlive the lease.
+	// request's sending would outlive the lease. Not in the schedule's
+	// sequence: with it, a slow link comes every 12-20 s all run long,
+	// over whatever other fault is on (linkDelays).
 	KindLinkDelay = "link-delay"
 	// KindReentrant is not scheduled: with it, workers sometimes acquire
 	// the key they hold again from a second goroutine, racing their own
@@ -72,7 +75,9 @@ func All() []string {
 
 // scheduled reports whether the schedule injects kind (rather than the
 // workers doing it all along).
-func scheduled(kind string) bool { return kind != KindReentrant && kind != KindRetriedRelease }
+func scheduled(kind string) bool {
+	return kind != KindReentrant && kind != KindRetriedRelease && kind != KindLinkDelay
+}
 
 // inject runs the fault schedule until the run's duration is over: kinds
 // in a seeded shuffle, round robin so every kind comes up, with quiet gaps.
@@ -86,7 +91,16 @@ func (r *run) inject(ctx context.Context) {
 		r.mu.Lock()
 		closed := grantsClosed(r.faults, r.start, history.Now())
 		r.mu.Unlock()
+		r.mu.Lock()
 		end = begin.Add(min(r.o.Duration+closed, 2*r.o.Duration))
+		r.mu.Unlock()
+	}
+	if slices.Contains(r.o.Faults, KindLinkDelay) {
+		go r.linkDelays(ctx, func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return end
+		})
 	}
 	order := slices.DeleteFunc(append([]string(nil), r.o.Faults...), func(k string) bool { return !scheduled(k) })
 	r.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -186,8 +200,6 @@ func (r *run) needs(kind string) time.Duration {
 		return 10 * time.Second
 	case KindClassReload:
 		return 7 * time.Second
-	case KindLinkDelay:
-		return linkDelayFor + time.Second
 	case KindQuorumLoss:
 		return r.outage() + outageJitter + 6*time.Second // and the restart
 	case KindShardMove, KindMapStall, KindControllerKill:
@@ -281,8 +293,6 @@ func (r *run) fault(ctx context.Context, kind string) error {
 		err = r.classReload(ctx, &f)
 	case KindQuorumLoss:
 		err = r.quorumLoss(&f, c)
-	case KindLinkDelay:
-		r.linkDelay(&f)
 	case KindShardMove, KindControllerKill, KindMapStall, KindDrainQuorumLoss:
 		err = r.move(ctx, &f, kind)
 	default:
@@ -641,23 +651,41 @@ func (r *run) classReload(ctx context.Context, f *history.Fault) error {
 // the gate's classes (TTL/3 apart).
 const linkDelayFor = 8 * time.Second
 
+// linkDelays injects a link-delay every 12 to 20 s until the run's end
+// (which the schedule may move), with a random source of its own (the
+// schedule's is not shared between goroutines).
+func (r *run) linkDelays(ctx context.Context, end func() time.Time) {
+	rnd := rand.New(rand.NewPCG(r.o.Seed, 0x11d))
+	for n := 1; ; n++ {
+		gap := time.Duration(12000+rnd.IntN(8000)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(gap):
+		}
+		if time.Until(end()) < linkDelayFor {
+			return
+		}
+		f := history.Fault{Kind: KindLinkDelay}
+		r.linkDelay(&f, rnd, n)
+		f.End = history.Now()
+		r.recordFault(f)
+	}
+}
+
 // linkDelay slows the link to one arbiter for linkDelayFor: odd
 // injections both ways by 50 to 300 ms plus up to 100 ms of jitter (a
 // congested path), even ones the answers alone by 1.2 to 1.8 s plus up to
 // 300 ms (over the client's one-second fence margin, under a keepalive
 // interval: every answer comes late, and the next request is sent before
 // it arrives).
-func (r *run) linkDelay(f *history.Fault) {
-	r.mu.Lock()
-	r.linkDelays++
-	n := r.linkDelays
-	r.mu.Unlock()
-	i := r.rnd.IntN(len(r.proxies))
+func (r *run) linkDelay(f *history.Fault, rnd *rand.Rand, n int) {
+	i := rnd.IntN(len(r.proxies))
 	p := r.proxies[i]
-	dir, d, jitter := tcpproxy.Both, time.Duration(50+r.rnd.IntN(250))*time.Millisecond, 100*time.Millisecond
+	dir, d, jitter := tcpproxy.Both, time.Duration(50+rnd.IntN(250))*time.Millisecond, 100*time.Millisecond
 	f.Note = fmt.Sprintf("both ways %s + up to %s", d, jitter)
 	if n%2 == 0 {
-		dir, d, jitter = tcpproxy.ToClient, time.Duration(1200+r.rnd.IntN(600))*time.Millisecond, 300*time.Millisecond
+		dir, d, jitter = tcpproxy.ToClient, time.Duration(1200+rnd.IntN(600))*time.Millisecond, 300*time.Millisecond
 		f.Note = fmt.Sprintf("answers only %s + up to %s", d, jitter)
 	}
 	f.Target, f.Start = r.arbiters[i%len(r.arbiters)].Name, history.Now()

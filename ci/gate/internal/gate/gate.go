@@ -189,14 +189,12 @@ type run struct {
 	records  map[string][]uint32
 	arbiters []*proc.Lockd
 	proxies  []*tcpproxy.Proxy // one in front of each arbiter; workers dial these
-	// linkDelays counts the link-delay faults injected (they alternate).
-	linkDelays int
-	tailers    []*tailer // the audit tailers (lockd audit)
-	workers    []*proc.Proc
-	storeURL   string
-	rec        *history.Recorder // the gate's own operations (force-releases)
-	grantOf    []string          // each worker's identity, for the class files
-	openKeys   []string          // the keys of the open class
+	tailers  []*tailer         // the audit tailers (lockd audit)
+	workers  []*proc.Proc
+	storeURL string
+	rec      *history.Recorder // the gate's own operations (force-releases)
+	grantOf  []string          // each worker's identity, for the class files
+	openKeys []string          // the keys of the open class
 
 	stopPG  func() error
 	stopMem func()
