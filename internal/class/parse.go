@@ -271,11 +271,16 @@ func (p *fileParser) parseDoc(d document) (Object, bool) {
 	js, err := yaml.YAMLToJSONStrict([]byte(strings.Join(d.lines, "\n")))
 	if err != nil {
 		for _, e := range yamlErrors(err) {
-			line := d.start
-			if e.line > 0 {
+			line, msg := d.start, e.msg
+			switch {
+			case e.line > len(d.lines):
+				// The decoder names the line after the last at the end
+				// of the input: name the document's last line.
+				line, msg = d.first+len(d.lines)-1, msg+" (at the end of the document)"
+			case e.line > 0:
 				line = d.first + e.line - 1
 			}
-			dp.addAt(line, e.msg)
+			dp.addAt(line, msg)
 		}
 		return Object{}, false
 	}

@@ -399,3 +399,18 @@ func TestALoneCarriageReturnIsRefusedAtItsLine(t *testing.T) {
 	}
 	require.Equal(t, []int{9, lines}, cr)
 }
+
+// Found by FuzzParseLocatesEveryProblem in CI: at the end of its input the
+// YAML decoder names the line after the last one, so class-lint named a
+// line the file does not have.
+func TestAYAMLErrorAtTheEndOfADocumentNamesItsLastLine(t *testing.T) {
+	for _, data := range []string{"?\n0", classYAML("a") + "---\n?\n0"} {
+		lines := strings.Count(data, "\n") + 1
+		_, _, problems := ParseFile("end.yaml", []byte(data), "payments", testNow)
+		require.NotEmpty(t, problems)
+		last := problems[len(problems)-1]
+		require.Equal(t, lines, last.Line, "%v", last)
+		require.Contains(t, last.Rule, "invalid YAML")
+		require.Contains(t, last.Rule, "at the end of the document")
+	}
+}
